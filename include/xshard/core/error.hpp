@@ -1,0 +1,186 @@
+// xshard/core/error.hpp - one vocabulary of errors for both faces.
+//
+// Every validating function of the engine is constexpr and returns a
+// `diagnostic` instead of throwing. The run-time API turns a failed diagnostic
+// into `xshard::error` with `describe()`; the typed API turns it into a
+// compile error by instantiating a diagnostic template (see
+// core/diagnostics.hpp) whose arguments name the offender. The words are the
+// same in both: they come from the same diagnostic.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "fixed_string.hpp"
+#include "text.hpp"
+
+namespace xshard {
+
+/// Thrown by every run-time entry point on bad input.
+class error : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// What went wrong. Grouped by the text or object being checked.
+enum class errc : std::uint8_t {
+  ok = 0,
+  // mesh text and mesh values
+  mesh_syntax,           // column, ch
+  mesh_empty,            //
+  axis_name_too_long,    // name
+  too_many_axes,         // a = count, b = capacity
+  bad_axis_size,         // name, a = size
+  duplicate_axis_name,   // name
+  device_count_mismatch, // a = devices given, b = product of axis sizes
+  duplicate_device_id,   // a = id
+  device_id_out_of_range,// a = id, b = mesh size
+  // partition spec text and its resolution against a mesh
+  spec_syntax,           // column, ch
+  nested_tuple,          // column
+  empty_tuple,           // column
+  spec_too_long,         // a = entries, b = capacity
+  unknown_axis_name,     // name, detail = the mesh's axis names
+  axis_index_out_of_range,  // a = index, b = mesh rank
+  axis_used_twice,       // name (or the index as text)
+  spec_rank_mismatch,    // a = spec rank, b = tensor rank
+  uneven_shard,          // a = dim, b = extent, column = tiles
+  // HLO sharding text
+  hlo_syntax,            // column, ch
+  hlo_invalid,           // detail
+  // hybrid meshes and topology
+  topology,              // detail
+};
+
+/// The result of a check: `ok()` or what is wrong and where.
+/// Structural, so it can be a template argument of a diagnostic template.
+struct diagnostic {
+  errc code = errc::ok;
+  int column = 0;            // 1-based column in the text being parsed, or a count
+  char ch = 0;               // the offending character ('\0' for end of text)
+  static_string<32> name{};  // the offending name
+  std::int64_t a = 0;
+  std::int64_t b = 0;
+  static_string<160> detail{};  // extra context (e.g. the mesh's axis names)
+
+  constexpr bool ok() const { return code == errc::ok; }
+};
+
+namespace detail {
+constexpr diagnostic syntax_error(errc code, std::string_view text, std::size_t pos) {
+  diagnostic d;
+  d.code = code;
+  d.column = static_cast<int>(pos) + 1;
+  d.ch = pos < text.size() ? text[pos] : '\0';
+  return d;
+}
+constexpr void append_char(text_builder& t, char c) {
+  if (c == '\0')
+    t << "end of text";
+  else
+    t << '\'' << c << '\'';
+}
+}  // namespace detail
+
+/// The human-readable sentence for a diagnostic. `subject` is the text that
+/// was being read (a mesh, a spec, an HLO string), quoted in the message.
+constexpr text_builder describe_text(const diagnostic& d, std::string_view subject = {}) {
+  text_builder t;
+  auto quoted = [&] {
+    if (!subject.empty()) t << " in \"" << subject << '"';
+  };
+  switch (d.code) {
+    case errc::ok: t << "no error"; break;
+    case errc::mesh_syntax:
+      t << "malformed mesh text: unexpected ";
+      detail::append_char(t, d.ch);
+      t << " at column " << d.column;
+      quoted();
+      t << " (expected \"name=size, ...\")";
+      break;
+    case errc::mesh_empty: t << "a mesh needs at least one axis"; break;
+    case errc::axis_name_too_long:
+      t << "axis name '" << d.name.view() << "' is longer than " << static_cast<int>(d.name.capacity() - 1)
+        << " characters";
+      break;
+    case errc::too_many_axes: t << "too many mesh axes: " << d.a << " (at most " << d.b << ")"; break;
+    case errc::bad_axis_size: t << "mesh axis '" << d.name.view() << "' has size " << d.a << "; sizes must be >= 1"; break;
+    case errc::duplicate_axis_name: t << "duplicate axis name '" << d.name.view() << "' in mesh"; break;
+    case errc::device_count_mismatch:
+      t << "device count " << d.a << " does not equal the product of the axis sizes " << d.b;
+      break;
+    case errc::duplicate_device_id: t << "duplicate device id " << d.a << " in mesh"; break;
+    case errc::device_id_out_of_range:
+      t << "device id " << d.a << " is out of range for a mesh of " << d.b << " devices";
+      break;
+    case errc::spec_syntax:
+      t << "malformed partition spec: unexpected ";
+      detail::append_char(t, d.ch);
+      t << " at column " << d.column;
+      quoted();
+      t << " (entries are an axis name, an axis index, a tuple (a, b) or None)";
+      break;
+    case errc::nested_tuple:
+      t << "partition spec cannot contain nested tuples (column " << d.column << ")";
+      quoted();
+      break;
+    case errc::empty_tuple:
+      t << "empty tuple in partition spec (column " << d.column << ")";
+      quoted();
+      break;
+    case errc::spec_too_long: t << "partition spec has " << d.a << " entries (at most " << d.b << ")"; break;
+    case errc::unknown_axis_name:
+      t << "unknown axis name '" << d.name.view() << "' in partition spec; the mesh's axes are "
+        << d.detail.view();
+      break;
+    case errc::axis_index_out_of_range:
+      t << "axis index " << d.a << " in partition spec is out of range for a mesh of " << d.b << " axes";
+      break;
+    case errc::axis_used_twice:
+      t << "mesh axis '" << d.name.view() << "' appears more than once in partition spec";
+      break;
+    case errc::spec_rank_mismatch:
+      t << "partition spec length (" << d.a << ") does not equal the tensor rank (" << d.b << ")";
+      break;
+    case errc::uneven_shard:
+      t << "dim " << d.a << " of extent " << d.b << " does not divide evenly into " << d.column << " shards";
+      break;
+    case errc::hlo_syntax:
+      t << "malformed HLO sharding: unexpected ";
+      detail::append_char(t, d.ch);
+      t << " at column " << d.column;
+      quoted();
+      break;
+    case errc::hlo_invalid:
+      t << "invalid HLO sharding: " << d.detail.view();
+      quoted();
+      break;
+    case errc::topology: t << d.detail.view(); break;
+  }
+  return t;
+}
+
+inline std::string describe(const diagnostic& d, std::string_view subject = {}) {
+  return "xshard: " + describe_text(d, subject).str();
+}
+
+/// The run-time face: throw `xshard::error` if `d` is not ok.
+inline void throw_if_error(const diagnostic& d, std::string_view subject = {}) {
+  if (!d.ok()) throw error(describe(d, subject));
+}
+
+/// Result of a parse or check: a value or a diagnostic.
+template <class T>
+struct checked {
+  T value{};
+  diagnostic diag{};
+  constexpr bool ok() const { return diag.ok(); }
+  T get(std::string_view subject = {}) const& {
+    throw_if_error(diag, subject);
+    return value;
+  }
+};
+
+}  // namespace xshard

@@ -1,0 +1,56 @@
+// xshard/core/static_vector.hpp - a fixed-capacity vector for constexpr values.
+//
+// Used for the small, bounded parts of the engine's values (mesh axes, spec
+// entries, tensor dims). It is structural (public members), so values holding
+// it can be template arguments. Exceeding the capacity is checked by callers,
+// which report a named error; push_back itself never writes out of bounds.
+#pragma once
+
+#include <cstddef>
+#include <initializer_list>
+
+namespace xshard {
+
+template <class T, std::size_t Cap>
+struct static_vector {
+  T items[Cap]{};
+  std::size_t count = 0;
+
+  constexpr static_vector() = default;
+  constexpr static_vector(std::initializer_list<T> init) {
+    for (const T& v : init) push_back(v);
+  }
+
+  static constexpr std::size_t capacity() { return Cap; }
+  constexpr std::size_t size() const { return count; }
+  constexpr bool empty() const { return count == 0; }
+  constexpr bool full() const { return count == Cap; }
+
+  /// @pre !full(); when full the element is dropped (callers check first).
+  constexpr void push_back(const T& v) {
+    if (count < Cap) items[count++] = v;
+  }
+  constexpr void pop_back() {
+    if (count > 0) --count;
+  }
+  constexpr void clear() { count = 0; }
+
+  constexpr T& operator[](std::size_t i) { return items[i]; }
+  constexpr const T& operator[](std::size_t i) const { return items[i]; }
+  constexpr T& back() { return items[count - 1]; }
+  constexpr const T& back() const { return items[count - 1]; }
+
+  constexpr T* begin() { return items; }
+  constexpr T* end() { return items + count; }
+  constexpr const T* begin() const { return items; }
+  constexpr const T* end() const { return items + count; }
+
+  friend constexpr bool operator==(const static_vector& a, const static_vector& b) {
+    if (a.count != b.count) return false;
+    for (std::size_t i = 0; i < a.count; ++i)
+      if (!(a.items[i] == b.items[i])) return false;
+    return true;
+  }
+};
+
+}  // namespace xshard

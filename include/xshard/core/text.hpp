@@ -1,0 +1,79 @@
+// xshard/core/text.hpp - building text in constant expressions.
+//
+// libstdc++ 12's std::string is not usable in Clang 14's constant evaluator, so
+// the engine writes text into a std::vector<char> (transient constexpr
+// allocation works on both compilers) and copies it out: into a std::string at
+// run time, into a fixed_string of the exact length at compile time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fixed_string.hpp"
+
+namespace xshard {
+
+class text_builder {
+ public:
+  constexpr text_builder& operator<<(std::string_view s) {
+    buf_.insert(buf_.end(), s.begin(), s.end());
+    return *this;
+  }
+  constexpr text_builder& operator<<(char c) {
+    buf_.push_back(c);
+    return *this;
+  }
+  constexpr text_builder& operator<<(std::int64_t v) {
+    char tmp[24]{};
+    int n = 0;
+    const bool neg = v < 0;
+    // Work in unsigned so that INT64_MIN is printed correctly.
+    std::uint64_t u = neg ? ~static_cast<std::uint64_t>(v) + 1 : static_cast<std::uint64_t>(v);
+    do {
+      tmp[n++] = static_cast<char>('0' + u % 10);
+      u /= 10;
+    } while (u != 0);
+    if (neg) buf_.push_back('-');
+    while (n > 0) buf_.push_back(tmp[--n]);
+    return *this;
+  }
+  constexpr text_builder& operator<<(int v) { return *this << static_cast<std::int64_t>(v); }
+  constexpr text_builder& operator<<(long v) { return *this << static_cast<std::int64_t>(v); }
+  constexpr text_builder& operator<<(unsigned long v) { return *this << static_cast<std::int64_t>(v); }
+
+  /// Appends the items of `r` separated by `sep`.
+  template <class Range>
+  constexpr text_builder& join(const Range& r, std::string_view sep) {
+    bool first = true;
+    for (const auto& v : r) {
+      if (!first) *this << sep;
+      *this << v;
+      first = false;
+    }
+    return *this;
+  }
+
+  constexpr std::size_t size() const { return buf_.size(); }
+  constexpr std::string_view view() const { return {buf_.data(), buf_.size()}; }
+  std::string str() const { return std::string(buf_.begin(), buf_.end()); }
+
+ private:
+  std::vector<char> buf_;
+};
+
+/// Copies text produced by a constexpr generator `F` (returning a
+/// text_builder) into a fixed_string of exactly its length. `F` is a
+/// structural lambda or function object; it runs twice at compile time.
+template <auto F>
+consteval auto to_fixed_string() {
+  constexpr std::size_t n = F().size();
+  fixed_string<n> out{};
+  const text_builder t = F();
+  for (std::size_t i = 0; i < n; ++i) out.data_[i] = t.view()[i];
+  return out;
+}
+
+}  // namespace xshard
