@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "fixed_string.hpp"
@@ -40,9 +41,12 @@ class text_builder {
     while (n > 0) buf_.push_back(tmp[--n]);
     return *this;
   }
-  constexpr text_builder& operator<<(int v) { return *this << static_cast<std::int64_t>(v); }
-  constexpr text_builder& operator<<(long v) { return *this << static_cast<std::int64_t>(v); }
-  constexpr text_builder& operator<<(unsigned long v) { return *this << static_cast<std::int64_t>(v); }
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, char> && !std::is_same_v<I, bool> &&
+             !std::is_same_v<I, std::int64_t>)
+  constexpr text_builder& operator<<(I v) {
+    return *this << static_cast<std::int64_t>(v);
+  }
 
   /// Appends the items of `r` separated by `sep`.
   template <class Range>
