@@ -31,6 +31,8 @@ enum class errc : std::uint8_t {
   mesh_syntax,           // column, ch
   mesh_empty,            //
   axis_name_too_long,    // name
+  bad_axis_name,         // name
+  axis_names_mismatch,   // a = names, b = axes
   too_many_axes,         // a = count, b = capacity
   bad_axis_size,         // name, a = size
   duplicate_axis_name,   // name
@@ -105,6 +107,10 @@ constexpr text_builder describe_text(const diagnostic& d, std::string_view subje
       t << "axis name '" << d.name.view() << "' is longer than " << static_cast<int>(d.name.capacity() - 1)
         << " characters";
       break;
+    case errc::bad_axis_name:
+      t << "invalid axis name '" << d.name.view() << "' (a letter or '_' then letters, digits or '_'; not None)";
+      break;
+    case errc::axis_names_mismatch: t << d.a << " axis names given for " << d.b << " mesh axes"; break;
     case errc::too_many_axes: t << "too many mesh axes: " << d.a << " (at most " << d.b << ")"; break;
     case errc::bad_axis_size: t << "mesh axis '" << d.name.view() << "' has size " << d.a << "; sizes must be >= 1"; break;
     case errc::duplicate_axis_name: t << "duplicate axis name '" << d.name.view() << "' in mesh"; break;
