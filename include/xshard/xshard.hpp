@@ -10,5 +10,8 @@
 #include "mesh/mesh.hpp"
 #include "sharding/hlo.hpp"
 #include "sharding/op_sharding.hpp"
+#include "sharding/shardable.hpp"
 #include "sharding/sharding.hpp"
+#include "sharding/shards.hpp"
 #include "sharding/spec.hpp"
+#include "sharding/visualize.hpp"

@@ -49,6 +49,7 @@ enum class errc : std::uint8_t {
   axis_used_twice,       // name (or the index as text)
   spec_rank_mismatch,    // a = spec rank, b = tensor rank
   uneven_shard,          // a = dim, b = extent, column = tiles
+  bad_extent,            // a = dim, b = extent
   // HLO sharding text
   hlo_syntax,            // column, ch
   hlo_invalid,           // detail
@@ -153,6 +154,7 @@ constexpr text_builder describe_text(const diagnostic& d, std::string_view subje
     case errc::uneven_shard:
       t << "dim " << d.a << " of extent " << d.b << " does not divide evenly into " << d.column << " shards";
       break;
+    case errc::bad_extent: t << "dim " << d.a << " has extent " << d.b << "; extents must be >= 0"; break;
     case errc::hlo_syntax:
       t << "malformed HLO sharding: unexpected ";
       detail::append_char(t, d.ch);
