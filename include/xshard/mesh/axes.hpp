@@ -132,8 +132,11 @@ constexpr checked<mesh_axes> parse_mesh_axes(std::string_view text) {
       if (named == 1) return fail(errc::mesh_syntax);
       named = 0;
     }
-    if (!c.integer(axis.size, max_mesh_devices)) return fail(errc::mesh_syntax);
-    if (axis.size < 1) {
+    if (!c.integer(axis.size, max_mesh_devices)) {
+      if (!detail::is_digit(c.peek())) return fail(errc::mesh_syntax);
+      axis.size = max_mesh_devices + 1;  // too large to read: report it as a bad size
+    }
+    if (axis.size < 1 || axis.size > max_mesh_devices) {
       out.diag.code = errc::bad_axis_size;
       out.diag.name = axis.name;
       out.diag.a = axis.size;

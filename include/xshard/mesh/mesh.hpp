@@ -157,12 +157,12 @@ class runtime_mesh {
     axes_ = parse_mesh_axes(text).get(text);
     init_ids(std::move(device_ids));
   }
-  /// torch_xla's Mesh(device_ids, mesh_shape, axis_names) argument order.
+  /// torch_xla's Mesh(device_ids, mesh_shape, axis_names) argument order;
+  /// empty device_ids mean 0..size-1.
   runtime_mesh(std::vector<int> device_ids, const std::vector<std::int64_t>& mesh_shape,
                const std::vector<std::string>& axis_names = {}) {
     std::vector<std::string_view> names(axis_names.begin(), axis_names.end());
     axes_ = make_mesh_axes(mesh_shape, names).get();
-    if (device_ids.empty()) throw_if_error(check_device_ids(axes_, device_ids));
     init_ids(std::move(device_ids));
   }
 
