@@ -8,7 +8,7 @@
 #include <xtensor/xtensor.hpp>
 
 using M = xshard::mesh<"data=4, model=2">;  // 8 devices, row-major
-using Batch = xshard::spec<"data, None">;    // rows over `data`, replicated over `model`
+using Batch = xshard::spec<"data, None">;   // rows over `data`, replicated over `model`
 using Weight = xshard::spec<"None, model">;
 
 // torch_xla's OpSharding and XLA's text, computed by the compiler.

@@ -16,7 +16,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
 #include <xshard/mesh/hybrid.hpp>
 #include <xshard/mesh/topology.hpp>
 #include <xshard/xshard.hpp>
@@ -46,17 +45,28 @@ options parse_args(int argc, char** argv) {
       if (i + 1 >= argc) fail("option " + std::string(a) + " needs a value");
       slot = argv[++i];
     };
-    if (a == "--mesh") value(o.mesh);
-    else if (a == "--devices") value(o.devices);
-    else if (a == "--spec") value(o.spec);
-    else if (a == "--shape") value(o.shape);
-    else if (a == "--ici") value(o.ici);
-    else if (a == "--dcn") value(o.dcn);
-    else if (a == "--axes") value(o.axes);
-    else if (a == "--topology") value(o.topology);
-    else if (a == "--hybrid") o.hybrid = true;
-    else if (a == "--visualize") o.visualize = true;
-    else fail("unknown argument '" + std::string(a) + "'");
+    if (a == "--mesh")
+      value(o.mesh);
+    else if (a == "--devices")
+      value(o.devices);
+    else if (a == "--spec")
+      value(o.spec);
+    else if (a == "--shape")
+      value(o.shape);
+    else if (a == "--ici")
+      value(o.ici);
+    else if (a == "--dcn")
+      value(o.dcn);
+    else if (a == "--axes")
+      value(o.axes);
+    else if (a == "--topology")
+      value(o.topology);
+    else if (a == "--hybrid")
+      o.hybrid = true;
+    else if (a == "--visualize")
+      o.visualize = true;
+    else
+      fail("unknown argument '" + std::string(a) + "'");
   }
   if (!o.spec) fail("--spec is required");
   if (o.hybrid) {
@@ -112,7 +122,8 @@ xshard::runtime_mesh make_mesh(const options& o) {
   if (!o.hybrid) {
     std::vector<int> ids;
     if (o.devices)
-      for (std::int64_t v : parse_ints("--devices", *o.devices, xshard::max_mesh_devices)) ids.push_back(static_cast<int>(v));
+      for (std::int64_t v : parse_ints("--devices", *o.devices, xshard::max_mesh_devices))
+        ids.push_back(static_cast<int>(v));
     if (o.devices && ids.empty()) fail("--devices is empty");
     return xshard::runtime_mesh(*o.mesh, std::move(ids));
   }
@@ -189,7 +200,8 @@ std::string run(const options& o) {
     for (std::size_t i = 0; i < layout->shards.size(); ++i) {
       const xshard::shard& s = layout->shards[i];
       j += i ? ",\n    " : "\n    ";
-      j += "{\"device\": " + std::to_string(s.device) + ", \"replica\": " + std::to_string(s.replica) + ", \"slices\": [";
+      j += "{\"device\": " + std::to_string(s.device) + ", \"replica\": " + std::to_string(s.replica) +
+           ", \"slices\": [";
       for (std::size_t d = 0; d < s.slices.size(); ++d)
         j += (d ? ", [" : "[") + std::to_string(s.slices[d].start) + ", " + std::to_string(s.slices[d].end) + "]";
       j += "]}";

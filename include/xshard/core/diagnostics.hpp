@@ -103,9 +103,8 @@ constexpr bool raise() {
   } else if constexpr (D.code == errc::spec_too_long) {
     static_assert(xshard::spec_too_long<D.a, D.b>::value, "xshard: partition spec too long");
   } else if constexpr (D.code == errc::unknown_axis_name) {
-    static_assert(
-        xshard::unknown_axis_name<detail::spelled<D.name>, detail::spelled<D.detail, mesh_axes_are>>::value,
-        "xshard: unknown axis name in partition spec");
+    static_assert(xshard::unknown_axis_name<detail::spelled<D.name>, detail::spelled<D.detail, mesh_axes_are>>::value,
+                  "xshard: unknown axis name in partition spec");
   } else if constexpr (D.code == errc::axis_index_out_of_range) {
     static_assert(xshard::axis_index_out_of_range<D.a, D.b>::value, "xshard: axis index out of range");
   } else if constexpr (D.code == errc::axis_used_twice) {

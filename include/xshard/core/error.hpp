@@ -28,33 +28,33 @@ class error : public std::invalid_argument {
 enum class errc : std::uint8_t {
   ok = 0,
   // mesh text and mesh values
-  mesh_syntax,           // column, ch
-  mesh_empty,            //
-  axis_name_too_long,    // name
-  bad_axis_name,         // name
-  axis_names_mismatch,   // a = names, b = axes
-  too_many_axes,         // a = count, b = capacity
-  bad_axis_size,         // name, a = size
-  duplicate_axis_name,   // name
-  device_count_mismatch, // a = devices given, b = product of axis sizes
-  duplicate_device_id,   // a = id
-  device_id_out_of_range,// a = id, b = mesh size
+  mesh_syntax,             // column, ch
+  mesh_empty,              //
+  axis_name_too_long,      // name
+  bad_axis_name,           // name
+  axis_names_mismatch,     // a = names, b = axes
+  too_many_axes,           // a = count, b = capacity
+  bad_axis_size,           // name, a = size
+  duplicate_axis_name,     // name
+  device_count_mismatch,   // a = devices given, b = product of axis sizes
+  duplicate_device_id,     // a = id
+  device_id_out_of_range,  // a = id, b = mesh size
   // partition spec text and its resolution against a mesh
-  spec_syntax,           // column, ch
-  nested_tuple,          // column
-  empty_tuple,           // column
-  spec_too_long,         // a = entries, b = capacity
-  unknown_axis_name,     // name, detail = the mesh's axis names
+  spec_syntax,              // column, ch
+  nested_tuple,             // column
+  empty_tuple,              // column
+  spec_too_long,            // a = entries, b = capacity
+  unknown_axis_name,        // name, detail = the mesh's axis names
   axis_index_out_of_range,  // a = index, b = mesh rank
-  axis_used_twice,       // name (or the index as text)
-  spec_rank_mismatch,    // a = spec rank, b = tensor rank
-  uneven_shard,          // a = dim, b = extent, column = tiles
-  bad_extent,            // a = dim, b = extent
+  axis_used_twice,          // name (or the index as text)
+  spec_rank_mismatch,       // a = spec rank, b = tensor rank
+  uneven_shard,             // a = dim, b = extent, column = tiles
+  bad_extent,               // a = dim, b = extent
   // HLO sharding text
-  hlo_syntax,            // column, ch
-  hlo_invalid,           // detail
+  hlo_syntax,   // column, ch
+  hlo_invalid,  // detail
   // hybrid meshes and topology
-  topology,              // detail
+  topology,  // detail
 };
 
 /// The result of a check: `ok()` or what is wrong and where.
@@ -95,7 +95,9 @@ constexpr text_builder describe_text(const diagnostic& d, std::string_view subje
     if (!subject.empty()) t << " in \"" << subject << '"';
   };
   switch (d.code) {
-    case errc::ok: t << "no error"; break;
+    case errc::ok:
+      t << "no error";
+      break;
     case errc::mesh_syntax:
       t << "malformed mesh text: unexpected ";
       detail::append_char(t, d.ch);
@@ -103,7 +105,9 @@ constexpr text_builder describe_text(const diagnostic& d, std::string_view subje
       quoted();
       t << " (expected \"name=size, ...\")";
       break;
-    case errc::mesh_empty: t << "a mesh needs at least one axis"; break;
+    case errc::mesh_empty:
+      t << "a mesh needs at least one axis";
+      break;
     case errc::axis_name_too_long:
       t << "axis name '" << d.name.view() << "' is longer than " << static_cast<int>(d.name.capacity() - 1)
         << " characters";
@@ -111,14 +115,24 @@ constexpr text_builder describe_text(const diagnostic& d, std::string_view subje
     case errc::bad_axis_name:
       t << "invalid axis name '" << d.name.view() << "' (a letter or '_' then letters, digits or '_'; not None)";
       break;
-    case errc::axis_names_mismatch: t << d.a << " axis names given for " << d.b << " mesh axes"; break;
-    case errc::too_many_axes: t << "too many mesh axes: " << d.a << " (at most " << d.b << ")"; break;
-    case errc::bad_axis_size: t << "mesh axis '" << d.name.view() << "' has size " << d.a << "; sizes must be >= 1"; break;
-    case errc::duplicate_axis_name: t << "duplicate axis name '" << d.name.view() << "' in mesh"; break;
+    case errc::axis_names_mismatch:
+      t << d.a << " axis names given for " << d.b << " mesh axes";
+      break;
+    case errc::too_many_axes:
+      t << "too many mesh axes: " << d.a << " (at most " << d.b << ")";
+      break;
+    case errc::bad_axis_size:
+      t << "mesh axis '" << d.name.view() << "' has size " << d.a << "; sizes must be >= 1";
+      break;
+    case errc::duplicate_axis_name:
+      t << "duplicate axis name '" << d.name.view() << "' in mesh";
+      break;
     case errc::device_count_mismatch:
       t << "device count " << d.a << " does not equal the product of the axis sizes " << d.b;
       break;
-    case errc::duplicate_device_id: t << "duplicate device id " << d.a << " in mesh"; break;
+    case errc::duplicate_device_id:
+      t << "duplicate device id " << d.a << " in mesh";
+      break;
     case errc::device_id_out_of_range:
       t << "device id " << d.a << " is out of range for a mesh of " << d.b << " devices";
       break;
@@ -137,10 +151,11 @@ constexpr text_builder describe_text(const diagnostic& d, std::string_view subje
       t << "empty tuple in partition spec (column " << d.column << ")";
       quoted();
       break;
-    case errc::spec_too_long: t << "partition spec has " << d.a << " entries (at most " << d.b << ")"; break;
+    case errc::spec_too_long:
+      t << "partition spec has " << d.a << " entries (at most " << d.b << ")";
+      break;
     case errc::unknown_axis_name:
-      t << "unknown axis name '" << d.name.view() << "' in partition spec; the mesh's axes are "
-        << d.detail.view();
+      t << "unknown axis name '" << d.name.view() << "' in partition spec; the mesh's axes are " << d.detail.view();
       break;
     case errc::axis_index_out_of_range:
       t << "axis index " << d.a << " in partition spec is out of range for a mesh of " << d.b << " axes";
@@ -154,7 +169,9 @@ constexpr text_builder describe_text(const diagnostic& d, std::string_view subje
     case errc::uneven_shard:
       t << "dim " << d.a << " of extent " << d.b << " does not divide evenly into " << d.column << " shards";
       break;
-    case errc::bad_extent: t << "dim " << d.a << " has extent " << d.b << "; extents must be >= 0"; break;
+    case errc::bad_extent:
+      t << "dim " << d.a << " has extent " << d.b << "; extents must be >= 0";
+      break;
     case errc::hlo_syntax:
       t << "malformed HLO sharding: unexpected ";
       detail::append_char(t, d.ch);
@@ -165,7 +182,9 @@ constexpr text_builder describe_text(const diagnostic& d, std::string_view subje
       t << "invalid HLO sharding: " << d.detail.view();
       quoted();
       break;
-    case errc::topology: t << d.detail.view(); break;
+    case errc::topology:
+      t << d.detail.view();
+      break;
   }
   return t;
 }

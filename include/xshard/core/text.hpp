@@ -42,9 +42,9 @@ class text_builder {
     return *this;
   }
   template <class I>
-    requires(std::is_integral_v<I> && !std::is_same_v<I, char> && !std::is_same_v<I, bool> &&
-             !std::is_same_v<I, std::int64_t>)
-  constexpr text_builder& operator<<(I v) {
+  requires(std::is_integral_v<I> && !std::is_same_v<I, char> && !std::is_same_v<I, bool> &&
+           !std::is_same_v<I, std::int64_t>) constexpr text_builder&
+  operator<<(I v) {
     return *this << static_cast<std::int64_t>(v);
   }
 

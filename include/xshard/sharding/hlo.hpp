@@ -33,9 +33,9 @@ namespace xshard {
 struct xla_sharding {
   enum class kind : std::uint8_t { replicated, maximal, tiled, manual };
   kind type = kind::replicated;
-  int device = 0;                                   ///< maximal only
+  int device = 0;                                           ///< maximal only
   static_vector<std::int64_t, max_array_rank> tile_dims{};  ///< tiled only; includes the replicated last dim
-  std::vector<int> devices{};                       ///< tiled only; row-major over tile_dims
+  std::vector<int> devices{};                               ///< tiled only; row-major over tile_dims
   bool last_tile_dim_replicate = false;
 
   constexpr bool is_tiled() const { return type == kind::tiled; }
@@ -86,8 +86,11 @@ constexpr xla_sharding to_xla(const op_sharding& op) {
         for (int d : op.replication_groups[static_cast<std::size_t>(g)]) devices.push_back(d);
       return partial_tile(dims, std::move(devices));
     }
-    case sharding_type::manual: out.type = xla_sharding::kind::manual; return out;
-    default: return out;
+    case sharding_type::manual:
+      out.type = xla_sharding::kind::manual;
+      return out;
+    default:
+      return out;
   }
 }
 
@@ -136,7 +139,9 @@ constexpr iota_form find_iota(std::span<const int> devices) {
   // Compact: sorted by stride, each stride is the product of the smaller sizes.
   static_vector<int, max_array_rank> order;  // dims indices sorted by stride descending
   for (std::size_t i = 0; i < dims.size(); ++i) order.push_back(static_cast<int>(i));
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return dims[static_cast<std::size_t>(a)].stride > dims[static_cast<std::size_t>(b)].stride; });
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return dims[static_cast<std::size_t>(a)].stride > dims[static_cast<std::size_t>(b)].stride;
+  });
   std::int64_t expect = 1;
   for (std::size_t i = order.size(); i-- > 0;) {
     const dim& d = dims[static_cast<std::size_t>(order[i])];
@@ -158,10 +163,17 @@ constexpr iota_form find_iota(std::span<const int> devices) {
 constexpr text_builder hlo_text(const xla_sharding& s, hlo_format fmt = hlo_format::v1) {
   text_builder t;
   switch (s.type) {
-    case xla_sharding::kind::replicated: t << "{replicated}"; return t;
-    case xla_sharding::kind::manual: t << "{manual}"; return t;
-    case xla_sharding::kind::maximal: t << "{maximal device=" << s.device << '}'; return t;
-    case xla_sharding::kind::tiled: break;
+    case xla_sharding::kind::replicated:
+      t << "{replicated}";
+      return t;
+    case xla_sharding::kind::manual:
+      t << "{manual}";
+      return t;
+    case xla_sharding::kind::maximal:
+      t << "{maximal device=" << s.device << '}';
+      return t;
+    case xla_sharding::kind::tiled:
+      break;
   }
   t << "{devices=[";
   t.join(s.tile_dims, ",");

@@ -34,17 +34,32 @@
 namespace xshard {
 
 /// torch_xla's ShardingType (values are OpSharding.Type's).
-enum class sharding_type : int { replicated = 0, maximal = 1, tuple = 2, tiled = 3, manual = 4, partial = 5, unknown = 6 };
+enum class sharding_type : int {
+  replicated = 0,
+  maximal = 1,
+  tuple = 2,
+  tiled = 3,
+  manual = 4,
+  partial = 5,
+  unknown = 6
+};
 
 constexpr std::string_view to_string(sharding_type t) {
   switch (t) {
-    case sharding_type::replicated: return "REPLICATED";
-    case sharding_type::maximal: return "MAXIMAL";
-    case sharding_type::tuple: return "TUPLE";
-    case sharding_type::tiled: return "TILED";
-    case sharding_type::manual: return "MANUAL";
-    case sharding_type::partial: return "PARTIAL";
-    case sharding_type::unknown: break;
+    case sharding_type::replicated:
+      return "REPLICATED";
+    case sharding_type::maximal:
+      return "MAXIMAL";
+    case sharding_type::tuple:
+      return "TUPLE";
+    case sharding_type::tiled:
+      return "TILED";
+    case sharding_type::manual:
+      return "MANUAL";
+    case sharding_type::partial:
+      return "PARTIAL";
+    case sharding_type::unknown:
+      break;
   }
   return "UNKNOWN";
 }
@@ -147,9 +162,11 @@ constexpr op_sharding op_sharding_of(const mesh_ref& m, const resolved_spec& s) 
     out.replication_groups.emplace_back(first, first + static_cast<std::int64_t>(group_size));
   }
   std::size_t next_tiled = 0;
-  for (const auto& dim : s.dims) out.group_assignment.shape.push_back(dim.empty() ? 1 : out.tile_assignment.shape[next_tiled++]);
+  for (const auto& dim : s.dims)
+    out.group_assignment.shape.push_back(dim.empty() ? 1 : out.tile_assignment.shape[next_tiled++]);
   out.group_assignment.values.assign(static_cast<std::size_t>(groups), 0);
-  for (std::int64_t g = 0; g < groups; ++g) out.group_assignment.values[static_cast<std::size_t>(g)] = static_cast<int>(g);
+  for (std::int64_t g = 0; g < groups; ++g)
+    out.group_assignment.values[static_cast<std::size_t>(g)] = static_cast<int>(g);
   return out;
 }
 

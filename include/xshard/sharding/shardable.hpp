@@ -33,7 +33,9 @@ struct static_extents_of<Shape<X...>> {
   static constexpr std::array<std::int64_t, sizeof...(X)> value{static_cast<std::int64_t>(X)...};
 };
 template <class T>
-concept has_static_rank = requires { T::rank; };
+concept has_static_rank = requires {
+  T::rank;
+};
 }  // namespace detail
 
 /// Static rank of a tensor type, or -1 if unknown.
@@ -49,7 +51,7 @@ inline constexpr std::int64_t tensor_rank_v = [] {
 template <class T>
 struct static_extents : detail::static_extents_of<void> {};
 template <class T>
-  requires requires { typename T::shape_type; }
+requires requires { typename T::shape_type; }
 struct static_extents<T> : detail::static_extents_of<typename T::shape_type> {};
 
 namespace detail {
@@ -84,12 +86,12 @@ constexpr diagnostic shardable_diag(bool even) {
 
 /// S fits M and the rank of S equals the static rank of T (if T has one).
 template <class M, class S, class T>
-concept shardable = Mesh<M> && Spec<S> && (detail::shardable_diag<M, S, T>(false).ok());
+concept shardable = Mesh<M> && Spec<S> &&(detail::shardable_diag<M, S, T>(false).ok());
 
 /// shardable, and every static extent of T divides evenly into its tiles.
 template <class M, class S, class T>
-concept evenly_shardable =
-    shardable<M, S, T> && static_extents<T>::known && (detail::shardable_diag<M, S, T>(true).ok());
+concept evenly_shardable = shardable<M, S, T> && static_extents<T>::known &&
+    (detail::shardable_diag<M, S, T>(true).ok());
 
 /// Compile error naming the offender unless shardable<M, S, T>.
 template <Mesh M, Spec S, class T>

@@ -89,13 +89,12 @@ consteval bool check_spec_on_mesh() {
 
 /// torch_xla's OpSharding of (M, S), computed at compile time.
 template <Mesh M, Spec S>
-  requires(detail::check_spec_on_mesh<M, S>())
-inline constexpr auto op_sharding_v = detail::make_fixed_op<M, S>();
+requires(detail::check_spec_on_mesh<M, S>()) inline constexpr auto op_sharding_v = detail::make_fixed_op<M, S>();
 
 /// torch_xla's sharding type of (M, S).
 template <Mesh M, Spec S>
-  requires(detail::check_spec_on_mesh<M, S>())
-inline constexpr sharding_type sharding_type_v = detail::op_of<M, S>().value.type;
+requires(detail::check_spec_on_mesh<M, S>()) inline constexpr sharding_type sharding_type_v =
+    detail::op_of<M, S>().value.type;
 
 /// XLA's HloSharding text for (M, S) in XLA's normal form, as a fixed_string
 /// that compares with string literals in constant expressions.

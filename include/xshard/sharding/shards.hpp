@@ -51,8 +51,8 @@ struct shard {
 };
 
 struct shard_layout {
-  tensor_shape shape{};        ///< the global shape
-  tensor_shape shard_shape{};  ///< ceil(n / tiles): the padded shard shape
+  tensor_shape shape{};         ///< the global shape
+  tensor_shape shard_shape{};   ///< ceil(n / tiles): the padded shard shape
   std::vector<shard> shards{};  ///< one per device, in tile-assignment order
   /// The shard held by `device`, or nullptr.
   constexpr const shard* find(int device) const {
@@ -214,8 +214,9 @@ std::vector<T> extract_shard(std::span<const T> global, const shard_layout& layo
     n *= box.back();
   }
   std::vector<T> out(static_cast<std::size_t>(n), T{});
-  detail::for_each_in_box(std::span<const std::int64_t>(layout.shape.begin(), layout.shape.end()), s, box,
-                          [&](std::int64_t g, std::int64_t l) { out[static_cast<std::size_t>(l)] = global[static_cast<std::size_t>(g)]; });
+  detail::for_each_in_box(
+      std::span<const std::int64_t>(layout.shape.begin(), layout.shape.end()), s, box,
+      [&](std::int64_t g, std::int64_t l) { out[static_cast<std::size_t>(l)] = global[static_cast<std::size_t>(g)]; });
   return out;
 }
 
@@ -225,9 +226,11 @@ template <class T>
 void insert_shard(std::span<T> global, const shard_layout& layout, const shard& s, std::span<const T> data,
                   bool padded = false) {
   std::vector<std::int64_t> box;
-  for (std::size_t d = 0; d < layout.shape.size(); ++d) box.push_back(padded ? layout.shard_shape[d] : s.slices[d].size());
-  detail::for_each_in_box(std::span<const std::int64_t>(layout.shape.begin(), layout.shape.end()), s, box,
-                          [&](std::int64_t g, std::int64_t l) { global[static_cast<std::size_t>(g)] = data[static_cast<std::size_t>(l)]; });
+  for (std::size_t d = 0; d < layout.shape.size(); ++d)
+    box.push_back(padded ? layout.shard_shape[d] : s.slices[d].size());
+  detail::for_each_in_box(
+      std::span<const std::int64_t>(layout.shape.begin(), layout.shape.end()), s, box,
+      [&](std::int64_t g, std::int64_t l) { global[static_cast<std::size_t>(g)] = data[static_cast<std::size_t>(l)]; });
 }
 
 }  // namespace xshard

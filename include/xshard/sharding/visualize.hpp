@@ -66,7 +66,9 @@ inline std::string visualize(const shard_layout& layout, std::string_view title 
   for (const auto& t : tiles)
     for (std::size_t d = 0; d < rank; ++d)
       if (std::find(ranges[d].begin(), ranges[d].end(), t.first[d]) == ranges[d].end()) ranges[d].push_back(t.first[d]);
-  for (auto& r : ranges) std::sort(r.begin(), r.end(), [](auto a, auto b) { return a.start < b.start || (a.start == b.start && a.end < b.end); });
+  for (auto& r : ranges)
+    std::sort(r.begin(), r.end(),
+              [](auto a, auto b) { return a.start < b.start || (a.start == b.start && a.end < b.end); });
 
   const std::size_t rd = rank >= 2 ? rank - 2 : 0;  // grid row dim
   const std::size_t cd = rank >= 1 ? rank - 1 : 0;  // grid column dim

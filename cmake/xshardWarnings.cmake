@@ -1,0 +1,24 @@
+# xshard_target_warnings(<target>)
+#
+# Warning flags for xshard's OWN targets (tests, examples, benchmarks); never
+# put on the xshard interface target, so consumers are not forced to use them.
+# Dependencies (xtensor, xsimd, Boost.Hana, GoogleTest, benchmark) come from
+# /usr/include or imported targets, which compilers treat as system headers,
+# so -Wpedantic stays clean for them with GCC 12 and Clang 14.
+include_guard(GLOBAL)
+
+option(XSHARD_WARNINGS_AS_ERRORS "Add -Werror to xshard's own tests, examples and benchmarks" ON)
+
+function(xshard_target_warnings tgt)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${tgt} PRIVATE -Wall -Wextra -Wpedantic)
+    if(XSHARD_WARNINGS_AS_ERRORS)
+      target_compile_options(${tgt} PRIVATE -Werror)
+    endif()
+  elseif(MSVC)
+    target_compile_options(${tgt} PRIVATE /W4 /permissive-)
+    if(XSHARD_WARNINGS_AS_ERRORS)
+      target_compile_options(${tgt} PRIVATE /WX)
+    endif()
+  endif()
+endfunction()

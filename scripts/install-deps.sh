@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs xshard's build and test dependencies on Debian 12 (run as root).
+# Idempotent: when every package is already installed it does nothing, so
+# reruns are fast. Nothing is downloaded besides Debian packages.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build clang-14 clang-format
+  xtensor-dev libxsimd-dev xtl-dev libboost-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  ca-certificates python3
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  if [ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" != "installed" ]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo_cmd=(sudo)
+  else
+    echo "install-deps: not root and no sudo; install these packages: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update
+"${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${missing[@]}"

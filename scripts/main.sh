@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds the release preset, and runs the main job:
+# xshard-plan on a 4x2 mesh, then the sharding tour.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+./scripts/install-deps.sh
+
+cmake --preset release
+cmake --build --preset release
+
+run() {
+  local exe="$1"
+  shift
+  if [ ! -x "$exe" ]; then
+    echo "main.sh: $exe was not built (is its source in examples/?)" >&2
+    exit 1
+  fi
+  echo "== $exe $*"
+  "$exe" "$@"
+}
+
+run build/release/examples/xshard-plan/xshard-plan --mesh "data=4,model=2" --spec "data,None" --shape 8,16
+run build/release/examples/sharding_tour/sharding_tour

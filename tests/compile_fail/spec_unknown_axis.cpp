@@ -1,0 +1,12 @@
+// A partition spec that names an axis the mesh does not have is a compile
+// error that names the problem.
+// expect: unknown_axis_name
+#include <xshard/xshard.hpp>
+
+using M = xshard::mesh<"data=4, model=2">;
+
+#ifdef XSHARD_NEGATIVE
+[[maybe_unused]] constexpr auto s = xshard::hlo_sharding<M, xshard::spec<"foo, None">>();
+#else
+[[maybe_unused]] constexpr auto s = xshard::hlo_sharding<M, xshard::spec<"data, None">>();
+#endif
