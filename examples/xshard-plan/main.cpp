@@ -16,8 +16,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-#include <xshard/mesh/hybrid.hpp>
-#include <xshard/mesh/topology.hpp>
 #include <xshard/xshard.hpp>
 
 namespace {
@@ -130,9 +128,7 @@ xshard::runtime_mesh make_mesh(const options& o) {
   const auto ici = parse_ints("--ici", *o.ici, xshard::max_mesh_devices + 1);
   const auto dcn = o.dcn ? parse_ints("--dcn", *o.dcn, xshard::max_mesh_devices + 1) : std::vector<std::int64_t>{};
   const auto devices = xshard::read_topology_file(*o.topology);
-  const xshard::hybrid_layout layout = xshard::hybrid_device_layout(devices, ici, dcn);
-  return xshard::runtime_mesh(layout.device_ids, layout.mesh_shape,
-                              o.axes ? parse_names(*o.axes) : std::vector<std::string>{});
+  return xshard::hybrid_mesh(devices, ici, dcn, o.axes ? parse_names(*o.axes) : std::vector<std::string>{});
 }
 
 std::string json_string(std::string_view s) {

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "../core/text.hpp"
+#include "mesh.hpp"
 #include "topology.hpp"
 
 namespace xshard {
@@ -133,8 +134,7 @@ constexpr bool check_sizes(std::span<const std::int64_t> s, std::string_view wha
 /// physical axes of logical axis i (empty for an unmapped size-1 axis).
 /// @pre every size >= 1
 constexpr bool assign_torus(std::span<const std::int64_t> physical, std::span<const std::int64_t> logical,
-                            const slice_context& where, std::vector<std::vector<int>>& assignment,
-                            text_builder& err) {
+                            const slice_context& where, std::vector<std::vector<int>>& assignment, text_builder& err) {
   const std::size_t n = physical.size();
   std::vector<std::int64_t> free(physical.begin(), physical.end());
   assignment.assign(logical.size(), {});
@@ -339,8 +339,8 @@ constexpr bool build_hybrid_layout(std::span<const device_attributes> devices, s
   const bool has_slices = sorted[0].slice_index.has_value();
   const std::int64_t slices_wanted = clamped_product(dcn);
   if (has_slices && slices_wanted == 1) {
-    err << "hybrid mesh: the devices have a slice_index (a multislice topology), so a dcn_mesh_shape whose "
-           "product is the number of slices must be given";
+    err << "hybrid mesh: the devices have a slice_index (a multislice topology); provide a dcn_mesh_shape "
+           "whose product is the number of slices to build a multislice mesh";
     return false;
   }
   if (!has_slices && slices_wanted > 1) {
@@ -355,6 +355,7 @@ constexpr bool build_hybrid_layout(std::span<const device_attributes> devices, s
 
   // Multislice: one group per slice_index, ascending; devices stay in id order.
   std::vector<int> keys;
+  keys.reserve(sorted.size());
   for (const device_attributes& d : sorted) keys.push_back(*d.slice_index);
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
@@ -425,10 +426,22 @@ constexpr std::vector<std::vector<int>> torus_assignment(std::span<const std::in
                                                          std::span<const std::int64_t> mesh_shape) {
   text_builder err;
   std::vector<std::vector<int>> assignment;
-  if (!detail::check_sizes(physical_dims, "physical mesh", err) || !detail::check_sizes(mesh_shape, "mesh shape", err) ||
+  if (!detail::check_sizes(physical_dims, "physical mesh", err) ||
+      !detail::check_sizes(mesh_shape, "mesh shape", err) ||
       !detail::assign_torus(physical_dims, mesh_shape, detail::slice_context{}, assignment, err))
     detail::raise_topology_error(err);
   return assignment;
+}
+
+/// torch_xla's HybridMesh(ici_mesh_shape, dcn_mesh_shape, axis_names) as a
+/// runtime_mesh over the given devices (e.g. read_topology_file's result).
+///   hybrid_mesh(devices, {1, 4, 1}, {2, 1, 1}, {"data", "fsdp", "tensor"})  // data=2, fsdp=4, tensor=1
+inline runtime_mesh hybrid_mesh(std::span<const device_attributes> devices,
+                                std::span<const std::int64_t> ici_mesh_shape,
+                                std::span<const std::int64_t> dcn_mesh_shape = {},
+                                const std::vector<std::string>& axis_names = {}) {
+  hybrid_layout layout = hybrid_device_layout(devices, ici_mesh_shape, dcn_mesh_shape);
+  return runtime_mesh(std::move(layout.device_ids), layout.mesh_shape, axis_names);
 }
 
 }  // namespace xshard

@@ -49,9 +49,9 @@ namespace xshard {
 /// One device as the runtime describes it (torch_xla's
 /// `global_runtime_device_attributes()` entries, reduced to what HybridMesh reads).
 struct device_attributes {
-  int id = 0;                         // device ordinal; the number placed in meshes
-  std::array<int, 3> coords{};        // position in the slice's physical torus
-  std::optional<int> slice_index{};   // which slice (multislice only)
+  int id = 0;                        // device ordinal; the number placed in meshes
+  std::array<int, 3> coords{};       // position in the slice's physical torus
+  std::optional<int> slice_index{};  // which slice (multislice only)
 
   friend constexpr bool operator==(const device_attributes&, const device_attributes&) = default;
 };
@@ -71,9 +71,7 @@ struct topology_result {
 
 /// Throws the run-time face of a failed check. Deliberately not constexpr:
 /// reaching it during constant evaluation is a compile error.
-[[noreturn]] inline void raise_topology_error(const text_builder& message) {
-  throw error("xshard: " + message.str());
-}
+[[noreturn]] inline void raise_topology_error(const text_builder& message) { throw error("xshard: " + message.str()); }
 
 constexpr bool json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 constexpr bool json_digit(char c) { return c >= '0' && c <= '9'; }
@@ -310,7 +308,7 @@ class topology_reader {
       put_device(err_, index, p.id);
       err_ << " at ";
       put_position(key_pos);
-      err_ << " (the keys are \"id\", \"coords\" and \"slice_index\")";
+      err_ << R"( (the keys are "id", "coords" and "slice_index"))";
       return false;
     }
     const bool seen = (which == key::id && p.id) || (which == key::coords && p.has_coords) ||
@@ -340,7 +338,8 @@ class topology_reader {
         p.slice_index = v;
         return true;
       }
-      case key::coords: return read_coords(p);
+      case key::coords:
+        return read_coords(p);
     }
     return false;
   }
@@ -417,30 +416,43 @@ class topology_reader {
       if (at_end()) return fail_syntax("an escape character after '\\'");
       const char e = text_[pos_];
       switch (e) {
-        case '"': out.push_back('"'); break;
-        case '\\': out.push_back('\\'); break;
-        case '/': out.push_back('/'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'n': out.push_back('\n'); break;
-        case 'r': out.push_back('\r'); break;
-        case 't': out.push_back('\t'); break;
+        case '"':
+          out.push_back('"');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '/':
+          out.push_back('/');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
         case 'u': {
           unsigned cp = 0;
           for (int i = 0; i < 4; ++i) {
             ++pos_;
             const char h = peek();
-            unsigned digit = 0;
-            if (at_end())
-              return fail_syntax("4 hex digits after \\u");
-            else if (h >= '0' && h <= '9')
+            unsigned digit = 16;  // not a hex digit (also at the end of the text, where peek() is '\0')
+            if (h >= '0' && h <= '9')
               digit = static_cast<unsigned>(h - '0');
             else if (h >= 'a' && h <= 'f')
               digit = static_cast<unsigned>(h - 'a' + 10);
             else if (h >= 'A' && h <= 'F')
               digit = static_cast<unsigned>(h - 'A' + 10);
-            else
-              return fail_syntax("4 hex digits after \\u");
+            if (digit == 16) return fail_syntax(R"(4 hex digits after \u)");
             cp = cp * 16 + digit;
           }
           if (cp < 0x80) {
@@ -455,7 +467,8 @@ class topology_reader {
           }
           break;
         }
-        default: return fail_syntax("one of \" \\ / b f n r t u after '\\'");
+        default:
+          return fail_syntax(R"(one of " \ / b f n r t u after '\')");
       }
       ++pos_;
     }
@@ -528,8 +541,7 @@ inline std::string to_json(std::span<const device_attributes> devices) {
   t << "[\n";
   for (std::size_t i = 0; i < devices.size(); ++i) {
     const device_attributes& d = devices[i];
-    t << "  {\"id\": " << d.id << ", \"coords\": [" << d.coords[0] << ", " << d.coords[1] << ", " << d.coords[2]
-      << ']';
+    t << "  {\"id\": " << d.id << ", \"coords\": [" << d.coords[0] << ", " << d.coords[1] << ", " << d.coords[2] << ']';
     if (d.slice_index) t << ", \"slice_index\": " << *d.slice_index;
     t << '}' << (i + 1 < devices.size() ? ",\n" : "\n");
   }
