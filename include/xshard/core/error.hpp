@@ -55,6 +55,18 @@ enum class errc : std::uint8_t {
   hlo_invalid,  // detail
   // hybrid meshes and topology
   topology,  // detail
+  // einsum equations and operands
+  einsum_syntax,           // column, ch
+  einsum_ellipsis,         // column ('.' not part of "...")
+  einsum_two_ellipses,     // column
+  einsum_output_unknown,   // column, ch (output letter in no input)
+  einsum_output_twice,     // column, ch
+  einsum_output_ellipsis,  // column (ellipsis in output but in no input)
+  einsum_too_many,         // a = count, b = capacity
+  einsum_operand_count,    // a = subscripts, b = operands
+  einsum_rank,             // column = operand, a = subscript rank, b = tensor rank
+  einsum_extent,           // ch = letter (or '.'), a = one extent, b = the other
+  einsum_diagonal,         // column = operand, ch = letter, a, b = the two extents
 };
 
 /// The result of a check: `ok()` or what is wrong and where.
@@ -109,7 +121,7 @@ constexpr text_builder describe_text(const diagnostic& d, std::string_view subje
       t << "a mesh needs at least one axis";
       break;
     case errc::axis_name_too_long:
-      t << "axis name '" << d.name.view() << "' is longer than " << static_cast<int>(d.name.capacity() - 1)
+      t << "axis name '" << d.name.view() << "' is longer than " << static_cast<int>(d.name.capacity())
         << " characters";
       break;
     case errc::bad_axis_name:
@@ -184,6 +196,56 @@ constexpr text_builder describe_text(const diagnostic& d, std::string_view subje
       break;
     case errc::topology:
       t << d.detail.view();
+      break;
+    case errc::einsum_syntax:
+      t << "malformed einsum equation: unexpected ";
+      detail::append_char(t, d.ch);
+      t << " at column " << d.column;
+      quoted();
+      t << " (letters a-z A-Z, '...', ',' and '->')";
+      break;
+    case errc::einsum_ellipsis:
+      t << "einsum: '.' at column " << d.column << " is not part of an ellipsis '...'";
+      quoted();
+      break;
+    case errc::einsum_two_ellipses:
+      t << "einsum: a second ellipsis in one term at column " << d.column;
+      quoted();
+      break;
+    case errc::einsum_output_unknown:
+      t << "einsum: output subscript '" << d.ch << "' at column " << d.column << " appears in no input";
+      quoted();
+      break;
+    case errc::einsum_output_twice:
+      t << "einsum: output subscript '" << d.ch << "' at column " << d.column << " appears more than once";
+      quoted();
+      break;
+    case errc::einsum_output_ellipsis:
+      t << "einsum: ellipsis in the output at column " << d.column << " but in no input";
+      quoted();
+      break;
+    case errc::einsum_too_many:
+      t << "einsum: " << d.a << " terms or subscripts (at most " << d.b << ")";
+      break;
+    case errc::einsum_operand_count:
+      t << "einsum: the equation has " << d.a << " input subscripts but " << d.b << " operands were given";
+      quoted();
+      break;
+    case errc::einsum_rank:
+      t << "einsum: operand " << d.column << " has rank " << d.b << " but its subscripts name " << d.a << " dims";
+      quoted();
+      break;
+    case errc::einsum_extent:
+      if (d.ch == '.')
+        t << "einsum: ellipsis dims do not broadcast: extents " << d.a << " and " << d.b;
+      else
+        t << "einsum: subscript '" << d.ch << "' has extents " << d.a << " and " << d.b << " (they must match or be 1)";
+      quoted();
+      break;
+    case errc::einsum_diagonal:
+      t << "einsum: subscript '" << d.ch << "' is repeated in operand " << d.column << " with different extents " << d.a
+        << " and " << d.b;
+      quoted();
       break;
   }
   return t;

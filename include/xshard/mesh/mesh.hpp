@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "../core/diagnostics.hpp"
@@ -153,8 +154,12 @@ struct mesh {
 class runtime_mesh {
  public:
   /// From mesh text; device ids default to 0..size-1.
-  explicit runtime_mesh(std::string_view text, std::vector<int> device_ids = {}) {
-    axes_ = parse_mesh_axes(text).get(text);
+  /// (A template so that a braced list such as {0, 1} never reads as text.)
+  template <class Text>
+  requires std::is_convertible_v<const Text&, std::string_view>
+  explicit runtime_mesh(const Text& text, std::vector<int> device_ids = {}) {
+    const std::string_view t = text;
+    axes_ = parse_mesh_axes(t).get(t);
     init_ids(std::move(device_ids));
   }
   /// torch_xla's Mesh(device_ids, mesh_shape, axis_names) argument order;

@@ -9,7 +9,8 @@
 // check_* functions report the offender. Tensor types are recognised without
 // including xtensor: a static `rank` member (xt::xtensor, xt::xtensor_fixed)
 // gives the rank; a `shape_type` that is some `Shape<std::size_t...>`
-// (xt::fixed_shape) gives static extents. std::array<T, N> of extents works too.
+// (xt::fixed_shape) gives static extents. A type with neither has unknown rank
+// (xt::xarray's dynamic rank counts as unknown) and passes the rank check.
 #pragma once
 
 #include <array>

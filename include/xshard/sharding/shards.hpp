@@ -40,6 +40,7 @@ using tensor_shape = static_vector<std::int64_t, max_spec_rank>;
 struct shard {
   int device = 0;
   std::int64_t replica = 0;
+  std::int64_t tile = 0;  ///< row-major index of its tile over shard_layout::tile_dims
   static_vector<shard_slice, max_spec_rank> slices{};
   /// Elements this device really holds (0 for an empty shard).
   constexpr std::int64_t size() const {
@@ -53,6 +54,7 @@ struct shard {
 struct shard_layout {
   tensor_shape shape{};         ///< the global shape
   tensor_shape shard_shape{};   ///< ceil(n / tiles): the padded shard shape
+  tensor_shape tile_dims{};     ///< tiles per dim (all 1 when replicated)
   std::vector<shard> shards{};  ///< one per device, in tile-assignment order
   /// The shard held by `device`, or nullptr.
   constexpr const shard* find(int device) const {
@@ -97,12 +99,13 @@ constexpr checked<shard_layout> shard_slices(const xla_sharding& s, std::span<co
   shard_layout& L = out.value;
   L.shape = sh.value;
   auto full = [&](int device, std::int64_t replica) {
-    shard r{device, replica, {}};
+    shard r{device, replica, 0, {}};
     for (std::int64_t n : L.shape) r.slices.push_back({0, n});
     return r;
   };
   if (s.type != xla_sharding::kind::tiled) {
     L.shard_shape = L.shape;
+    for (std::size_t d = 0; d < L.shape.size(); ++d) L.tile_dims.push_back(1);
     if (s.type == xla_sharding::kind::maximal) {
       L.shards.push_back(full(s.device, 0));
     } else {
@@ -118,12 +121,16 @@ constexpr checked<shard_layout> shard_slices(const xla_sharding& s, std::span<co
     out.diag.b = static_cast<std::int64_t>(L.shape.size());
     return out;
   }
-  for (std::size_t d = 0; d < rank; ++d) L.shard_shape.push_back((L.shape[d] + s.tile_dims[d] - 1) / s.tile_dims[d]);
+  for (std::size_t d = 0; d < rank; ++d) {
+    L.shard_shape.push_back((L.shape[d] + s.tile_dims[d] - 1) / s.tile_dims[d]);
+    L.tile_dims.push_back(s.tile_dims[d]);
+  }
   std::int64_t idx[max_array_rank]{};
   const std::size_t dims = s.tile_dims.size();
   for (std::size_t i = 0; i < s.devices.size(); ++i) {
-    shard r{s.devices[i], s.last_tile_dim_replicate ? idx[dims - 1] : 0, {}};
+    shard r{s.devices[i], s.last_tile_dim_replicate ? idx[dims - 1] : 0, 0, {}};
     for (std::size_t d = 0; d < rank; ++d) {
+      r.tile = r.tile * s.tile_dims[d] + idx[d];
       const std::int64_t n = L.shape[d], w = L.shard_shape[d];
       r.slices.push_back({std::min(idx[d] * w, n), std::min((idx[d] + 1) * w, n)});
     }

@@ -51,10 +51,13 @@ struct partition_spec {
 };
 
 namespace detail {
-constexpr bool read_axis_ref(cursor& c, axis_ref& out) {
+/// Reads an axis name or index; a name longer than max_axis_name is
+/// reported as such (`too_long` set), anything else unreadable as syntax.
+constexpr bool read_axis_ref(cursor& c, axis_ref& out, bool& too_long) {
   const std::string_view name = c.name();
   if (!name.empty()) {
-    if (name == "None" || name.size() > max_axis_name) return false;
+    too_long = name.size() > max_axis_name;
+    if (name == "None" || too_long) return false;
     out.name.assign(name);
     return true;
   }
@@ -70,6 +73,12 @@ constexpr checked<partition_spec> parse_spec(std::string_view text) {
     out.diag = detail::syntax_error(code, text, pos);
     return out;
   };
+  auto name_too_long = [&](std::size_t pos) {
+    detail::cursor n{text, pos};
+    out.diag.code = errc::axis_name_too_long;
+    out.diag.name.assign(n.name().substr(0, max_axis_name));
+    return out;
+  };
   c.skip_space();
   if (c.at_end()) return out;  // rank 0
   while (true) {
@@ -83,7 +92,9 @@ constexpr checked<partition_spec> parse_spec(std::string_view text) {
         if (c.peek() == ')' && entry.axes.empty()) return fail(errc::empty_tuple, entry_pos);
         const std::size_t axis_pos = c.pos;
         axis_ref ref;
-        if (!detail::read_axis_ref(c, ref)) return fail(errc::spec_syntax, axis_pos);
+        bool too_long = false;
+        if (!detail::read_axis_ref(c, ref, too_long))
+          return too_long ? name_too_long(axis_pos) : fail(errc::spec_syntax, axis_pos);
         if (entry.axes.full()) {
           out.diag.code = errc::too_many_axes;
           out.diag.a = static_cast<std::int64_t>(max_mesh_axes) + 1;
@@ -100,7 +111,9 @@ constexpr checked<partition_spec> parse_spec(std::string_view text) {
       if (c.name() != "None") {
         c.pos = save;
         axis_ref ref;
-        if (!detail::read_axis_ref(c, ref)) return fail(errc::spec_syntax, save);
+        bool too_long = false;
+        if (!detail::read_axis_ref(c, ref, too_long))
+          return too_long ? name_too_long(save) : fail(errc::spec_syntax, save);
         entry.axes.push_back(ref);
       }
     }

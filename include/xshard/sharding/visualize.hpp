@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,93 +43,69 @@ inline std::string devices_text(const std::vector<int>& devs, std::size_t max_li
 }  // namespace detail
 
 /// Draws `layout` (from shard_slices). `title` is printed first if given.
+/// Cells are tiles (by tile index, so distinct empty tiles stay distinct);
+/// row and column labels are the [start:end) ranges of the tiles.
 inline std::string visualize(const shard_layout& layout, std::string_view title = {}) {
   std::string out;
   if (!title.empty()) out += std::string(title) + "\n";
   const std::size_t rank = layout.shape.size();
-  // Group devices by the tile (its slices) they hold, keeping tile order.
-  std::vector<std::pair<std::vector<shard_slice>, std::vector<int>>> tiles;
-  std::map<std::vector<std::int64_t>, std::size_t> index;
-  for (const shard& s : layout.shards) {
-    std::vector<std::int64_t> key;
-    for (const shard_slice& sl : s.slices) {
-      key.push_back(sl.start);
-      key.push_back(sl.end);
-    }
-    auto [it, fresh] = index.emplace(key, tiles.size());
-    if (fresh) tiles.push_back({std::vector<shard_slice>(s.slices.begin(), s.slices.end()), {}});
-    tiles[it->second].second.push_back(s.device);
-  }
-  // Distinct ranges per dim, in order.
-  std::vector<std::vector<shard_slice>> ranges(rank);
-  for (const auto& t : tiles)
-    for (std::size_t d = 0; d < rank; ++d)
-      if (std::find(ranges[d].begin(), ranges[d].end(), t.first[d]) == ranges[d].end()) ranges[d].push_back(t.first[d]);
-  for (auto& r : ranges)
-    std::sort(r.begin(), r.end(),
-              [](auto a, auto b) { return a.start < b.start || (a.start == b.start && a.end < b.end); });
-
+  std::int64_t tiles = 1;
+  for (std::int64_t t : layout.tile_dims) tiles *= t;
+  std::vector<std::vector<int>> holders(static_cast<std::size_t>(tiles));
+  for (const shard& s : layout.shards) holders[static_cast<std::size_t>(s.tile)].push_back(s.device);
+  auto range = [&](std::size_t d, std::int64_t j) {
+    const std::int64_t n = layout.shape[d], w = layout.shard_shape[d];
+    return detail::range_text({std::min(j * w, n), std::min((j + 1) * w, n)});
+  };
   const std::size_t rd = rank >= 2 ? rank - 2 : 0;  // grid row dim
   const std::size_t cd = rank >= 1 ? rank - 1 : 0;  // grid column dim
-  const std::vector<shard_slice> none{shard_slice{0, 1}};
-  const auto& rows = rank >= 2 ? ranges[rd] : none;
-  const auto& cols = rank >= 1 ? ranges[cd] : none;
-
-  auto cell = [&](const std::vector<shard_slice>& lead, const shard_slice& r, const shard_slice& c) {
-    for (const auto& t : tiles) {
-      bool match = true;
-      for (std::size_t d = 0; d < lead.size(); ++d) match = match && t.first[d] == lead[d];
-      if (rank >= 2) match = match && t.first[rd] == r;
-      if (rank >= 1) match = match && t.first[cd] == c;
-      if (match) return detail::devices_text(t.second);
-    }
-    return std::string("-");
-  };
-  // Panels: every combination of the leading dims' ranges.
-  std::vector<std::size_t> lead_idx(rd, 0);
-  while (true) {
-    std::vector<shard_slice> lead;
-    for (std::size_t d = 0; d < rd; ++d) lead.push_back(ranges[d][lead_idx[d]]);
-    if (rd > 0) {
+  const std::int64_t rows = rank >= 2 ? layout.tile_dims[rd] : 1;
+  const std::int64_t cols = rank >= 1 ? layout.tile_dims[cd] : 1;
+  const std::int64_t panel = rows * cols;  // tiles per panel of the leading dims
+  for (std::int64_t p = 0; p * panel < tiles; ++p) {
+    if (rd > 0) {  // "[0:2, 3:6, :, :]" from the panel's leading tile coordinates
+      std::vector<std::string> lead(rd);
+      std::int64_t rest = p;
+      for (std::size_t d = rd; d-- > 0;) {
+        lead[d] = range(d, rest % layout.tile_dims[d]);
+        rest /= layout.tile_dims[d];
+      }
       out += "[";
-      for (std::size_t d = 0; d < rd; ++d) out += detail::range_text(lead[d]) + ", ";
+      for (const std::string& l : lead) out += l + ", ";
       out += ":, :]\n";
     }
-    std::size_t width = 1;
-    for (const auto& r : rows)
-      for (const auto& c : cols) width = std::max(width, cell(lead, r, c).size());
-    for (const auto& c : cols) width = std::max(width, detail::range_text(c).size());
-    std::size_t label = 0;
-    if (rank >= 2)
-      for (const auto& r : rows) label = std::max(label, detail::range_text(r).size());
+    auto cell = [&](std::int64_t r, std::int64_t c) {
+      const auto& h = holders[static_cast<std::size_t>(p * panel + r * cols + c)];
+      return h.empty() ? std::string("-") : detail::devices_text(h);
+    };
+    std::size_t width = 1, label = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      if (rank >= 2) label = std::max(label, range(rd, r).size());
+      for (std::int64_t c = 0; c < cols; ++c) width = std::max(width, cell(r, c).size());
+    }
+    for (std::int64_t c = 0; c < cols && rank >= 1; ++c) width = std::max(width, range(cd, c).size());
     const std::string pad(label + 1, ' ');
     std::string sep = pad + "+";
-    for (std::size_t i = 0; i < cols.size(); ++i) sep += std::string(width + 2, '-') + "+";
+    for (std::int64_t c = 0; c < cols; ++c) sep += std::string(width + 2, '-') + "+";
     if (rank >= 1) {
       std::string head = pad + " ";
-      for (const auto& c : cols) {
-        std::string t = detail::range_text(c);
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const std::string t = range(cd, c);
         head += " " + t + std::string(width + 2 - t.size(), ' ');
       }
       while (!head.empty() && head.back() == ' ') head.pop_back();
       out += head + "\n";
     }
     out += sep + "\n";
-    for (const auto& r : rows) {
-      std::string line = rank >= 2 ? detail::range_text(r) : std::string();
-      line = std::string(label - line.size(), ' ') + line + " |";
-      for (const auto& c : cols) {
-        const std::string t = cell(lead, r, c);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::string l = rank >= 2 ? range(rd, r) : std::string();
+      std::string line = std::string(label - l.size(), ' ') + l + " |";
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const std::string t = cell(r, c);
         line += " " + t + std::string(width + 1 - t.size(), ' ') + "|";
       }
       out += line + "\n" + sep + "\n";
     }
-    std::size_t d = rd;
-    while (d-- > 0) {
-      if (++lead_idx[d] < ranges[d].size()) break;
-      lead_idx[d] = 0;
-    }
-    if (d == static_cast<std::size_t>(-1)) break;
   }
   return out;
 }

@@ -1,0 +1,13 @@
+// check_shardable names both ranks when the spec's length is not the tensor's
+// rank: a 1-entry spec for a rank-2 xtensor.
+// expect: spec_rank_mismatch<1, *2>
+#include <xshard/xshard.hpp>
+#include <xtensor/xtensor.hpp>
+
+using M = xshard::mesh<"data=4, model=2">;
+
+#ifdef XSHARD_NEGATIVE
+static_assert(xshard::check_shardable<M, xshard::spec<"data">, xt::xtensor<float, 2>>());
+#else
+static_assert(xshard::check_shardable<M, xshard::spec<"data, None">, xt::xtensor<float, 2>>());
+#endif
