@@ -51,6 +51,17 @@ template <std::int64_t SpecRank, std::int64_t TensorRank> struct spec_rank_misma
 template <std::int64_t Dim, std::int64_t Extent, int Tiles> struct uneven_shard { static constexpr bool value = false; };
 template <int Column, char Char> struct hlo_syntax_error { static constexpr bool value = false; };
 template <errc Code> struct invalid_input { static constexpr bool value = false; };
+template <int Column, char Char> struct einsum_syntax_error { static constexpr bool value = false; };
+template <int Column> struct einsum_dot_outside_ellipsis { static constexpr bool value = false; };
+template <int Column> struct einsum_second_ellipsis_in_term { static constexpr bool value = false; };
+template <int Column, char Letter> struct einsum_output_letter_not_in_inputs { static constexpr bool value = false; };
+template <int Column, char Letter> struct einsum_output_letter_twice { static constexpr bool value = false; };
+template <int Column> struct einsum_output_ellipsis_not_in_inputs { static constexpr bool value = false; };
+template <std::int64_t Count, std::int64_t Max> struct einsum_too_many_terms { static constexpr bool value = false; };
+template <std::int64_t Subscripts, std::int64_t Operands> struct einsum_operand_count_mismatch { static constexpr bool value = false; };
+template <int Operand, std::int64_t SubscriptRank, std::int64_t TensorRank> struct einsum_rank_mismatch { static constexpr bool value = false; };
+template <char Letter, std::int64_t Extent, std::int64_t OtherExtent> struct einsum_extent_mismatch { static constexpr bool value = false; };
+template <int Operand, char Letter, std::int64_t Extent, std::int64_t OtherExtent> struct einsum_diagonal_extent_mismatch { static constexpr bool value = false; };
 // clang-format on
 
 namespace detail {
@@ -117,6 +128,33 @@ constexpr bool raise() {
     static_assert(xshard::uneven_shard<D.a, D.b, D.column>::value, "xshard: dim does not divide evenly");
   } else if constexpr (D.code == hlo_syntax) {
     static_assert(hlo_syntax_error<D.column, D.ch>::value, "xshard: malformed HLO sharding");
+  } else if constexpr (D.code == einsum_syntax) {
+    static_assert(einsum_syntax_error<D.column, D.ch>::value, "xshard: malformed einsum equation");
+  } else if constexpr (D.code == einsum_ellipsis) {
+    static_assert(einsum_dot_outside_ellipsis<D.column>::value, "xshard: einsum '.' outside an ellipsis");
+  } else if constexpr (D.code == einsum_two_ellipses) {
+    static_assert(einsum_second_ellipsis_in_term<D.column>::value, "xshard: two ellipses in one einsum term");
+  } else if constexpr (D.code == einsum_output_unknown) {
+    static_assert(einsum_output_letter_not_in_inputs<D.column, D.ch>::value,
+                  "xshard: einsum output subscript appears in no input");
+  } else if constexpr (D.code == einsum_output_twice) {
+    static_assert(einsum_output_letter_twice<D.column, D.ch>::value, "xshard: einsum output subscript appears twice");
+  } else if constexpr (D.code == einsum_output_ellipsis) {
+    static_assert(einsum_output_ellipsis_not_in_inputs<D.column>::value,
+                  "xshard: einsum output has an ellipsis but no input has one");
+  } else if constexpr (D.code == einsum_too_many) {
+    static_assert(einsum_too_many_terms<D.a, D.b>::value, "xshard: too many einsum terms or subscripts");
+  } else if constexpr (D.code == einsum_operand_count) {
+    static_assert(einsum_operand_count_mismatch<D.a, D.b>::value,
+                  "xshard: einsum operand count does not match the subscripts");
+  } else if constexpr (D.code == einsum_rank) {
+    static_assert(einsum_rank_mismatch<D.column, D.a, D.b>::value,
+                  "xshard: einsum subscripts do not match the operand's rank");
+  } else if constexpr (D.code == einsum_extent) {
+    static_assert(einsum_extent_mismatch<D.ch, D.a, D.b>::value, "xshard: einsum extents do not match");
+  } else if constexpr (D.code == einsum_diagonal) {
+    static_assert(einsum_diagonal_extent_mismatch<D.column, D.ch, D.a, D.b>::value,
+                  "xshard: einsum repeated subscript with different extents");
   } else {
     static_assert(invalid_input<D.code>::value, "xshard: invalid input");
   }
