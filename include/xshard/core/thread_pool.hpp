@@ -1,0 +1,145 @@
+// xshard/core/thread_pool.hpp - the library's worker threads.
+//
+// One process-wide pool; its size is $XSHARD_NUM_THREADS (a positive
+// integer) or else the hardware's thread count. parallel_for(n, f) runs
+// f(i) for i in [0, n) on the pool and the calling thread and returns when
+// all are done. Work is handed out by index, so which thread runs a task never
+// changes the result of a task that writes its own output.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "error.hpp"
+
+namespace xshard {
+
+/// Threads the library uses: $XSHARD_NUM_THREADS or the hardware's count.
+inline std::size_t default_thread_count() {
+  if (const char* env = std::getenv("XSHARD_NUM_THREADS")) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (end == env || *end != '\0' || n < 1 || n > 4096)
+      throw error(std::string("xshard: XSHARD_NUM_THREADS must be an integer in [1, 4096], got \"") + env + '"');
+    return static_cast<std::size_t>(n);
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw ? hw : 1;
+}
+
+class thread_pool {
+ public:
+  explicit thread_pool(std::size_t threads) {
+    for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+  ~thread_pool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+  /// Threads that run tasks (the workers plus the caller).
+  std::size_t size() const { return workers_.size() + 1; }
+
+  /// Runs f(i) for every i in [0, n); rethrows the first exception.
+  /// Calls from inside a task run serially on the calling thread.
+  void parallel_for(std::size_t n, const std::function<void(std::size_t)>& f) {
+    if (n == 0) return;
+    if (n == 1 || workers_.empty() || inside_) {
+      for (std::size_t i = 0; i < n; ++i) f(i);
+      return;
+    }
+    std::lock_guard call(call_mu_);  // one parallel_for at a time
+    {
+      std::lock_guard lock(mu_);
+      job_ = &f;
+      total_ = n;
+      next_.store(0);
+      done_ = 0;
+      error_ = nullptr;
+      ++generation_;
+    }
+    cv_.notify_all();
+    run_tasks(f, n);
+    std::unique_lock lock(mu_);
+    // Wait for every task and for every worker that joined this generation
+    // to leave, so none can take an index of the next call.
+    finished_.wait(lock, [&] { return done_ == total_ && active_ == 0; });
+    job_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void run_tasks(const std::function<void(std::size_t)>& job, std::size_t total) {
+    const bool was_inside = inside_;
+    inside_ = true;
+    std::size_t mine = 0;
+    std::exception_ptr err;
+    for (std::size_t i; (i = next_.fetch_add(1)) < total;) {
+      try {
+        job(i);
+      } catch (...) {
+        if (!err) err = std::current_exception();
+      }
+      ++mine;
+    }
+    inside_ = was_inside;
+    std::lock_guard lock(mu_);
+    if (err && !error_) error_ = err;
+    done_ += mine;
+  }
+  void work() {
+    std::size_t seen = 0;
+    while (true) {
+      const std::function<void(std::size_t)>* job = nullptr;
+      std::size_t total = 0;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        if (job_ == nullptr) continue;  // woke after that call had finished
+        job = job_;
+        total = total_;
+        ++active_;
+      }
+      run_tasks(*job, total);
+      {
+        std::lock_guard lock(mu_);
+        --active_;
+      }
+      finished_.notify_all();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex call_mu_, mu_;
+  std::condition_variable cv_, finished_;
+  const std::function<void(std::size_t)>* job_ = nullptr;
+  std::size_t total_ = 0, done_ = 0, generation_ = 0, active_ = 0;
+  std::atomic<std::size_t> next_{0};
+  std::exception_ptr error_;
+  bool stop_ = false;
+  static inline thread_local bool inside_ = false;
+};
+
+/// The process-wide pool, created on first use.
+inline thread_pool& default_thread_pool() {
+  static thread_pool pool(default_thread_count());
+  return pool;
+}
+
+}  // namespace xshard
