@@ -1,11 +1,18 @@
-// xshard/xshard.hpp - everything. Layers, bottom up: core, mesh, sharding.
+// xshard/xshard.hpp - everything. Layers, bottom up: core, then mesh ->
+// sharding and einsum (which depend only on core, xtensor and xsimd).
 #pragma once
 
 #include "core/diagnostics.hpp"
 #include "core/error.hpp"
 #include "core/fixed_string.hpp"
 #include "core/static_vector.hpp"
+#include "core/tensor_traits.hpp"
 #include "core/text.hpp"
+#include "core/thread_pool.hpp"
+#include "einsum/einsum.hpp"
+#include "einsum/kernel.hpp"
+#include "einsum/parse.hpp"
+#include "einsum/plan.hpp"
 #include "mesh/axes.hpp"
 #include "mesh/hybrid.hpp"
 #include "mesh/mesh.hpp"

@@ -19,41 +19,10 @@
 #include <type_traits>
 
 #include "../core/diagnostics.hpp"
+#include "../core/tensor_traits.hpp"
 #include "sharding.hpp"
 
 namespace xshard {
-
-namespace detail {
-template <class T>
-struct static_extents_of {
-  static constexpr bool known = false;
-};
-template <template <std::size_t...> class Shape, std::size_t... X>
-struct static_extents_of<Shape<X...>> {
-  static constexpr bool known = true;
-  static constexpr std::array<std::int64_t, sizeof...(X)> value{static_cast<std::int64_t>(X)...};
-};
-template <class T>
-concept has_static_rank = requires {
-  T::rank;
-};
-}  // namespace detail
-
-/// Static rank of a tensor type, or -1 if unknown.
-template <class T>
-inline constexpr std::int64_t tensor_rank_v = [] {
-  if constexpr (detail::has_static_rank<T>)
-    return static_cast<std::int64_t>(T::rank);
-  else
-    return std::int64_t{-1};
-}();
-
-/// Static extents of a tensor type (known == false if not all static).
-template <class T>
-struct static_extents : detail::static_extents_of<void> {};
-template <class T>
-requires requires { typename T::shape_type; }
-struct static_extents<T> : detail::static_extents_of<typename T::shape_type> {};
 
 namespace detail {
 template <Mesh M, Spec S, class T>

@@ -1,0 +1,439 @@
+// xshard/einsum/einsum.hpp - einsum over xtensor: typed and run-time faces.
+//
+//   xt::xtensor<float, 3> y = xshard::einsum<"...n,mn->...m">(x, w);  // checked at compile time
+//   xt::xarray<float> y2 = xshard::einsum("...n,mn->...m", x, w);      // same parser, at run time
+//   xshard::einsum_into<"bij,bjk->bik">(out, a, b);                   // no allocation
+//
+// Operands: xt::xtensor, xt::xtensor_fixed, xt::xarray and strided views
+// (transposed, sliced) are read in place through their strides; any other
+// expression is evaluated once. float or double, all operands alike.
+// The result is xt::xtensor<T, R> when every operand's rank is static (R is
+// computed from the equation), else xt::xarray<T>.
+//
+// Execution: one operand is a contraction with the scalar 1; two are one
+// strided batched GEMM (einsum/kernel.hpp) whose groups are
+//   batch = labels in A, B and the output   M = in A and the output only
+//   N     = in B and the output only        K = not in the output
+// (a label summed inside one operand is in K with stride 0 in the other;
+// size-1 broadcasting is stride 0; a diagonal sums the strides); three or
+// more follow plan_einsum's greedy pairwise order through dense intermediates.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include "../core/diagnostics.hpp"
+#include "../core/error.hpp"
+#include "../core/fixed_string.hpp"
+#include "../core/tensor_traits.hpp"
+#include "kernel.hpp"
+#include "parse.hpp"
+#include "plan.hpp"
+
+namespace xshard {
+
+namespace detail {
+
+/// An operand as the engine sees it: data, shape, strides (elements), labels.
+template <class T>
+struct strided_operand {
+  const T* data = nullptr;
+  static_vector<std::int64_t, max_einsum_rank> shape{};
+  static_vector<std::ptrdiff_t, max_einsum_rank> strides{};
+  static_vector<int, max_einsum_rank> labels{};
+};
+
+/// Per label id: the summed stride of its dims (a diagonal), 0 when the
+/// operand broadcasts it (extent 1 against a larger extent).
+struct label_strides {
+  std::ptrdiff_t s[max_einsum_labels]{};
+  bool has[max_einsum_labels]{};
+};
+
+template <class T>
+label_strides strides_by_label(const strided_operand<T>& op, const einsum_extents& ext) {
+  label_strides r;
+  for (std::size_t d = 0; d < op.labels.size(); ++d) {
+    const int id = op.labels[d];
+    r.has[id] = true;
+    if (op.shape[d] == 1 && ext.of[id] != 1) continue;
+    r.s[id] += op.strides[d];
+  }
+  return r;
+}
+
+/// Offset tables of a label group for several operands (odometer order:
+/// the last label varies fastest).
+inline void fill_offsets(const std::vector<int>& labels, const einsum_extents& ext,
+                         std::initializer_list<std::pair<const label_strides*, offsets*>> outs) {
+  std::size_t count = 1;
+  for (int id : labels) count *= static_cast<std::size_t>(ext.of[id]);
+  for (const auto& o : outs) o.second->assign(count, 0);
+  if (count == 0) return;
+  std::vector<std::int64_t> idx(labels.size(), 0);
+  for (std::size_t i = 0; i < count; ++i) {
+    for (const auto& o : outs) {
+      std::ptrdiff_t off = 0;
+      for (std::size_t d = 0; d < labels.size(); ++d) off += idx[d] * o.first->s[labels[d]];
+      (*o.second)[i] = off;
+    }
+    for (std::size_t d = labels.size(); d-- > 0;) {
+      if (++idx[d] < ext.of[labels[d]]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+/// C (labels c_labels, strides c_strides) (+)= contraction of A and B.
+template <class T>
+void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<const int> c_labels,
+                   std::span<const std::ptrdiff_t> c_strides, const einsum_extents& ext, bool accumulate) {
+  label_strides sc;
+  for (std::size_t d = 0; d < c_labels.size(); ++d) {
+    sc.has[c_labels[d]] = true;
+    sc.s[c_labels[d]] = ext.of[c_labels[d]] == 1 ? 0 : c_strides[d];
+  }
+  label_strides sa = strides_by_label(a, ext), sb = strides_by_label(b, ext);
+  // Make the output's fastest label an N label so C rows are contiguous.
+  std::ptrdiff_t best = -1;
+  int fastest = -1;
+  for (std::size_t d = 0; d < c_labels.size(); ++d) {
+    const std::ptrdiff_t s = sc.s[c_labels[d]] < 0 ? -sc.s[c_labels[d]] : sc.s[c_labels[d]];
+    if (ext.of[c_labels[d]] > 1 && (best < 0 || s < best)) best = s, fastest = c_labels[d];
+  }
+  if (fastest >= 0 && sa.has[fastest] && !sb.has[fastest]) {
+    std::swap(a, b);
+    std::swap(sa, sb);
+  }
+  std::vector<int> batch, m, n, k;
+  for (int id = 0; id < static_cast<int>(max_einsum_labels); ++id) {
+    if (!sa.has[id] && !sb.has[id]) continue;
+    if (sc.has[id]) {
+      if (sa.has[id] && sb.has[id])
+        batch.push_back(id);
+      else if (sa.has[id])
+        m.push_back(id);
+      else
+        n.push_back(id);
+    } else {
+      k.push_back(id);
+    }
+  }
+  for (int id : c_labels)  // output labels that neither operand has (extent 1)
+    if (!sa.has[id] && !sb.has[id]) batch.push_back(id);
+  auto by_desc = [](const label_strides& s) {
+    return [&s](int x, int y) {
+      const auto ax = s.s[x] < 0 ? -s.s[x] : s.s[x], ay = s.s[y] < 0 ? -s.s[y] : s.s[y];
+      return ax > ay;
+    };
+  };
+  std::stable_sort(batch.begin(), batch.end(), by_desc(sc));
+  std::stable_sort(m.begin(), m.end(), by_desc(sc));
+  std::stable_sort(n.begin(), n.end(), by_desc(sc));
+  std::stable_sort(k.begin(), k.end(), by_desc(sa));
+  gemm_problem<T> g;
+  g.a = a.data;
+  g.b = b.data;
+  g.c = c;
+  g.accumulate = accumulate;
+  fill_offsets(batch, ext, {{&sa, &g.a_batch}, {&sb, &g.b_batch}, {&sc, &g.c_batch}});
+  fill_offsets(m, ext, {{&sa, &g.a_m}, {&sc, &g.c_m}});
+  fill_offsets(n, ext, {{&sb, &g.b_n}, {&sc, &g.c_n}});
+  fill_offsets(k, ext, {{&sa, &g.a_k}, {&sb, &g.b_k}});
+  run_gemm(g);
+}
+
+inline std::vector<std::ptrdiff_t> row_major_strides(std::span<const std::int64_t> shape) {
+  std::vector<std::ptrdiff_t> s(shape.size(), 1);
+  for (std::size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * static_cast<std::ptrdiff_t>(shape[d]);
+  return s;
+}
+
+/// Runs a bound equation on strided operands into C.
+template <class T>
+void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, std::vector<strided_operand<T>> ops, T* c,
+                    std::span<const std::ptrdiff_t> c_strides, bool accumulate) {
+  static const T one = T(1);
+  std::span<const int> c_labels(bind.output_labels.begin(), bind.output_labels.end());
+  if (ops.size() == 1) {
+    strided_operand<T> unit;
+    unit.data = &one;
+    contract_pair(ops[0], unit, c, c_labels, c_strides, ext, accumulate);
+    return;
+  }
+  const einsum_plan plan = plan_einsum(bind, ext);
+  std::vector<std::vector<T>> temps;
+  temps.reserve(plan.steps.size());
+  for (std::size_t s = 0; s < plan.steps.size(); ++s) {
+    const einsum_step& st = plan.steps[s];
+    const strided_operand<T> lhs = ops[static_cast<std::size_t>(st.lhs)], rhs = ops[static_cast<std::size_t>(st.rhs)];
+    ops.erase(ops.begin() + st.rhs);
+    ops.erase(ops.begin() + st.lhs);
+    if (s + 1 == plan.steps.size()) {
+      contract_pair(lhs, rhs, c, c_labels, c_strides, ext, accumulate);
+      return;
+    }
+    strided_operand<T> t;
+    std::int64_t n = 1;
+    for (int id : st.result) {
+      t.labels.push_back(id);
+      t.shape.push_back(ext.of[id]);
+      n *= ext.of[id];
+    }
+    const auto strides = row_major_strides(std::span<const std::int64_t>(t.shape.begin(), t.shape.end()));
+    for (std::ptrdiff_t x : strides) t.strides.push_back(x);
+    temps.emplace_back(static_cast<std::size_t>(n), T(0));
+    t.data = temps.back().data();
+    contract_pair(lhs, rhs, temps.back().data(), std::span<const int>(t.labels.begin(), t.labels.end()), strides, ext,
+                  false);
+    ops.push_back(t);
+  }
+}
+
+/// A tensor expression as a strided operand; evaluates it into `keep` when
+/// it has no strided data to read in place.
+template <class T, class E>
+strided_operand<T> as_operand(const E& e, std::optional<xt::xarray<T>>& keep) {
+  using D = std::remove_cvref_t<E>;
+  static_assert(std::is_same_v<typename D::value_type, T>,
+                "xshard::einsum: all operands must have the same value type");
+  strided_operand<T> op;
+  if constexpr (xt::has_data_interface<D>::value) {
+    op.data = e.data() + e.data_offset();
+    for (std::size_t d = 0; d < e.dimension(); ++d) {
+      op.shape.push_back(static_cast<std::int64_t>(e.shape()[d]));
+      op.strides.push_back(static_cast<std::ptrdiff_t>(e.strides()[d]));
+    }
+  } else {
+    keep.emplace(e);
+    op = as_operand<T>(*keep, keep);
+  }
+  return op;
+}
+
+/// Binds operands to an equation and checks extents; throws xshard::error
+/// naming the offender (the equation text is quoted).
+template <class T>
+std::pair<einsum_binding, einsum_extents> bind_operands(const einsum_equation& eq, std::string_view text,
+                                                        std::vector<strided_operand<T>>& ops) {
+  std::vector<std::int64_t> ranks;
+  for (const auto& op : ops) ranks.push_back(static_cast<std::int64_t>(op.shape.size()));
+  if (ranks.size() > max_einsum_operands) {
+    diagnostic d;
+    d.code = errc::einsum_operand_count;
+    d.a = static_cast<std::int64_t>(eq.inputs.size());
+    d.b = static_cast<std::int64_t>(ranks.size());
+    throw error(describe(d, text));
+  }
+  const einsum_binding bind = bind_einsum(eq, ranks).get(text);
+  std::vector<std::span<const std::int64_t>> shapes;
+  for (const auto& op : ops) shapes.emplace_back(op.shape.begin(), op.shape.end());
+  const einsum_extents ext = einsum_label_extents(bind, shapes).get(text);
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    for (int id : bind.operand_labels[i]) ops[i].labels.push_back(id);
+  return {bind, ext};
+}
+
+template <class T>
+std::vector<std::size_t> output_shape(const einsum_binding& b, const einsum_extents& ext) {
+  std::vector<std::size_t> s;
+  for (int id : b.output_labels) s.push_back(static_cast<std::size_t>(ext.of[id]));
+  return s;
+}
+
+template <class E>
+using value_t = typename std::remove_cvref_t<E>::value_type;
+
+template <class T, class Out>
+void check_output(const Out& out, const std::vector<std::size_t>& shape, std::string_view text) {
+  bool ok = out.dimension() == shape.size();
+  for (std::size_t d = 0; ok && d < shape.size(); ++d) ok = static_cast<std::size_t>(out.shape()[d]) == shape[d];
+  if (!ok) {
+    std::string want, got;
+    for (std::size_t d = 0; d < shape.size(); ++d) want += (d ? "," : "") + std::to_string(shape[d]);
+    for (std::size_t d = 0; d < out.dimension(); ++d) got += (d ? "," : "") + std::to_string(out.shape()[d]);
+    throw error("xshard: einsum output has shape [" + got + "] but \"" + std::string(text) + "\" gives [" + want + "]");
+  }
+}
+
+template <class T, class... E>
+void einsum_run(const einsum_equation& eq, std::string_view text, T* out, std::span<const std::ptrdiff_t> out_strides,
+                const std::vector<std::size_t>* expect_shape, std::vector<std::size_t>* shape_out, bool accumulate,
+                const E&... operands);
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------
+// Inspection: the parsed equation as a constant.
+
+namespace detail {
+template <fixed_string Eq>
+inline constexpr checked<einsum_equation> parsed_equation = parse_einsum(Eq.view());
+}
+
+/// The parsed equation (index classes via .classify(c), output via .output).
+///   static_assert(einsum_equation_v<"...n,mn->...m">.classify('n') == index_class::contracted);
+template <fixed_string Eq>
+requires(raise<detail::parsed_equation<Eq>.diag>()) inline constexpr einsum_equation einsum_equation_v =
+    detail::parsed_equation<Eq>.value;
+
+/// The equation in canonical form with its explicit output: "ij,jk" -> "ij,jk->ik".
+template <fixed_string Eq>
+consteval auto einsum_canonical() {
+  static_assert(raise<detail::parsed_equation<Eq>.diag>());
+  return to_fixed_string<[] { return einsum_text(detail::parsed_equation<Eq>.value); }>();
+}
+
+namespace detail {
+
+template <fixed_string Eq, std::size_t N>
+constexpr diagnostic operand_count_diag() {
+  diagnostic d;
+  const einsum_equation& eq = parsed_equation<Eq>.value;
+  if (eq.inputs.size() != N) {
+    d.code = errc::einsum_operand_count;
+    d.a = static_cast<std::int64_t>(eq.inputs.size());
+    d.b = static_cast<std::int64_t>(N);
+  }
+  return d;
+}
+
+template <fixed_string Eq, class... E>
+constexpr checked<einsum_binding> static_binding() {
+  const std::array<std::int64_t, sizeof...(E)> ranks{tensor_rank_v<E>...};
+  return bind_einsum(parsed_equation<Eq>.value, ranks);
+}
+
+template <fixed_string Eq, class... E>
+constexpr diagnostic static_extents_diag() {
+  const std::array<std::span<const std::int64_t>, sizeof...(E)> shapes{
+      std::span<const std::int64_t>(static_extents<E>::value)...};
+  return einsum_label_extents(static_binding<Eq, E...>().value, shapes).diag;
+}
+
+/// Compile-time checks of the typed API: operand count, static ranks,
+/// static extents. Returns the output rank (-1 if not static).
+template <fixed_string Eq, class... E>
+consteval std::int64_t typed_output_rank() {
+  static_assert(raise<parsed_equation<Eq>.diag>());
+  if constexpr (!parsed_equation<Eq>.ok()) {
+    return -1;
+  } else {
+    static_assert(raise<operand_count_diag<Eq, sizeof...(E)>()>());
+    if constexpr (!operand_count_diag<Eq, sizeof...(E)>().ok() || ((tensor_rank_v<E> < 0) || ...)) {
+      return -1;
+    } else {
+      static_assert(raise<static_binding<Eq, E...>().diag>());
+      if constexpr (static_binding<Eq, E...>().ok() && (static_extents<E>::known && ...)) {
+        static_assert(raise<static_extents_diag<Eq, E...>()>());
+      }
+      return static_binding<Eq, E...>().ok()
+                 ? static_cast<std::int64_t>(static_binding<Eq, E...>().value.output_labels.size())
+                 : -1;
+    }
+  }
+}
+
+}  // namespace detail
+
+/// einsum with subscripts checked at compile time.
+template <fixed_string Eq, class E0, class... E>
+auto einsum(const E0& first, const E&... rest) {
+  using T = detail::value_t<E0>;
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "xshard::einsum supports float and double");
+  constexpr std::int64_t rank = detail::typed_output_rank<Eq, E0, E...>();
+  constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
+  std::vector<std::size_t> shape;
+  if constexpr (rank >= 0) {
+    xt::xtensor<T, static_cast<std::size_t>(rank)> out;
+    detail::einsum_run<T>(eq, Eq.view(), nullptr, {}, nullptr, &shape, false, first, rest...);
+    out.resize(shape);
+    const std::vector<std::ptrdiff_t> strides(out.strides().begin(), out.strides().end());
+    detail::einsum_run<T>(eq, Eq.view(), out.data(), strides, &shape, nullptr, false, first, rest...);
+    return out;
+  } else {
+    xt::xarray<T> out;
+    detail::einsum_run<T>(eq, Eq.view(), nullptr, {}, nullptr, &shape, false, first, rest...);
+    out.resize(shape);
+    const std::vector<std::ptrdiff_t> strides(out.strides().begin(), out.strides().end());
+    detail::einsum_run<T>(eq, Eq.view(), out.data(), strides, &shape, nullptr, false, first, rest...);
+    return out;
+  }
+}
+
+/// einsum with subscripts read at run time (same parser and planner).
+template <class E0, class... E>
+xt::xarray<detail::value_t<E0>> einsum(std::string_view equation, const E0& first, const E&... rest) {
+  using T = detail::value_t<E0>;
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "xshard::einsum supports float and double");
+  const einsum_equation eq = parse_einsum(equation).get(equation);
+  std::vector<std::size_t> shape;
+  detail::einsum_run<T>(eq, equation, nullptr, {}, nullptr, &shape, false, first, rest...);
+  xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
+  const std::vector<std::ptrdiff_t> strides(out.strides().begin(), out.strides().end());
+  detail::einsum_run<T>(eq, equation, out.data(), strides, &shape, nullptr, false, first, rest...);
+  return out;
+}
+
+/// Writes the result into `out` (any strided tensor of the right shape) with
+/// no allocation for two operands; `accumulate` adds instead.
+/// @pre out does not overlap an operand (checked; xshard::error otherwise).
+template <fixed_string Eq, class Out, class E0, class... E>
+void einsum_into(Out& out, const E0& first, const E&... rest) {
+  using T = detail::value_t<E0>;
+  constexpr std::int64_t rank = detail::typed_output_rank<Eq, E0, E...>();
+  static_assert(rank < 0 || tensor_rank_v<Out> < 0 || tensor_rank_v<Out> == rank,
+                "xshard::einsum_into: the output tensor's rank does not match the equation");
+  constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
+  std::vector<std::size_t> shape;
+  detail::einsum_run<T>(eq, Eq.view(), nullptr, {}, nullptr, &shape, false, first, rest...);
+  detail::check_output<T>(out, shape, Eq.view());
+  const std::vector<std::ptrdiff_t> strides(out.strides().begin(), out.strides().end());
+  detail::einsum_run<T>(eq, Eq.view(), out.data() + out.data_offset(), strides, &shape, nullptr, false, first, rest...);
+}
+
+namespace detail {
+
+template <class T, class... E>
+void einsum_run(const einsum_equation& eq, std::string_view text, T* out, std::span<const std::ptrdiff_t> out_strides,
+                const std::vector<std::size_t>* expect_shape, std::vector<std::size_t>* shape_out, bool accumulate,
+                const E&... operands) {
+  std::array<std::optional<xt::xarray<T>>, sizeof...(E)> keep;
+  std::vector<strided_operand<T>> ops;
+  std::size_t i = 0;
+  ((ops.push_back(as_operand<T>(operands, keep[i])), ++i), ...);
+  auto [bind, ext] = bind_operands<T>(eq, text, ops);
+  const std::vector<std::size_t> shape = output_shape<T>(bind, ext);
+  if (shape_out) *shape_out = shape;
+  if (out == nullptr) return;
+  if (expect_shape && *expect_shape != shape) throw error("xshard: einsum output shape mismatch");
+  // Refuse an output that overlaps an operand: the kernel reads operands
+  // while writing the output.
+  std::ptrdiff_t lo = 0, hi = 0;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] > 0) (out_strides[d] < 0 ? lo : hi) += out_strides[d] * static_cast<std::ptrdiff_t>(shape[d] - 1);
+  for (const auto& op : ops) {
+    std::ptrdiff_t olo = 0, ohi = 0;
+    bool empty = false;
+    for (std::size_t d = 0; d < op.shape.size(); ++d) {
+      empty = empty || op.shape[d] == 0;
+      (op.strides[d] < 0 ? olo : ohi) += op.strides[d] * (op.shape[d] - 1);
+    }
+    if (!empty && op.data + olo <= out + hi && out + lo <= op.data + ohi)
+      throw error("xshard: einsum output overlaps an operand");
+  }
+  execute_einsum<T>(bind, ext, std::move(ops), out, out_strides, accumulate);
+}
+
+}  // namespace detail
+}  // namespace xshard
