@@ -214,21 +214,30 @@ struct aligned_buffer {
   }
 };
 
-/// Packs rows [i0, i0 + mc) x k [p0, p0 + kc) of A into MR-row panels.
+/// Packs rows [i0, i0 + mc) x k [p0, p0 + kc) of A into MR-row panels
+/// (zero rows past M). Reads through the k offsets, or by a constant stride
+/// when k is uniformly strided (the common case).
 template <class T, int MR>
 void pack_a(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t i0, std::size_t mc, std::size_t p0,
-            std::size_t kc, T* out) {
+            std::size_t kc, T* out, const stride_info& k_stride) {
   const std::size_t m_total = g.a_m.size();
   for (std::size_t r = 0; r < mc; r += MR) {
     T* panel = out + r * kc;
     for (int ii = 0; ii < MR; ++ii) {
       const std::size_t row = i0 + r + static_cast<std::size_t>(ii);
+      T* dst = panel + ii;
       if (row >= m_total || r + static_cast<std::size_t>(ii) >= mc) {
-        for (std::size_t p = 0; p < kc; ++p) panel[p * MR + static_cast<std::size_t>(ii)] = T(0);
+        for (std::size_t p = 0; p < kc; ++p) dst[p * MR] = T(0);
         continue;
       }
       const T* src = g.a + base + g.a_m[row];
-      for (std::size_t p = 0; p < kc; ++p) panel[p * MR + static_cast<std::size_t>(ii)] = src[g.a_k[p0 + p]];
+      if (k_stride.uniform) {
+        const std::ptrdiff_t s = k_stride.stride;
+        src += static_cast<std::ptrdiff_t>(p0) * s;
+        for (std::size_t p = 0; p < kc; ++p) dst[p * MR] = src[static_cast<std::ptrdiff_t>(p) * s];
+      } else {
+        for (std::size_t p = 0; p < kc; ++p) dst[p * MR] = src[g.a_k[p0 + p]];
+      }
     }
   }
 }
@@ -261,7 +270,7 @@ void gemm_driver(const gemm_problem<T>& g) {
   if (M == 0 || N == 0 || batches == 0) return;
   const std::size_t mc_max = (B::mc / MR) * MR;
   const std::size_t nc_max = (B::nc / NR) * NR;
-  const stride_info n_b = uniform_stride(g.b_n), n_c = uniform_stride(g.c_n);
+  const stride_info n_b = uniform_stride(g.b_n), n_c = uniform_stride(g.c_n), k_a = uniform_stride(g.a_k);
   // Tiles: (batch, M block, N block); each computes its C block completely.
   const std::size_t m_blocks = (M + mc_max - 1) / mc_max, n_blocks = (N + nc_max - 1) / nc_max;
   // With few tiles, split M finer so every thread has work.
@@ -295,7 +304,7 @@ void gemm_driver(const gemm_problem<T>& g) {
       T* bp = bbuf.get(kc * nc_pad);
       pack_b<T, NR>(g, g.b_batch[bi], p0, kc, j0, nc, bp, n_b);
       T* ap = abuf.get(kc * mc_pad);
-      pack_a<T, MR>(g, g.a_batch[bi], i0, mc, p0, kc, ap);
+      pack_a<T, MR>(g, g.a_batch[bi], i0, mc, p0, kc, ap, k_a);
       const bool add = g.accumulate || p0 > 0;
       for (std::size_t jr = 0; jr < nc; jr += NR) {
         const std::size_t nw = std::min<std::size_t>(NR, nc - jr);
