@@ -10,7 +10,8 @@
 // The result is xt::xtensor<T, R> when every operand's rank is static (R is
 // computed from the equation), else xt::xarray<T>.
 //
-// Execution: one operand is a contraction with the scalar 1; two are one
+// Execution: one operand takes the reduction path (einsum/kernel.hpp's
+// run_reduce: summed labels, diagonals as summed strides); two are one
 // strided batched GEMM (einsum/kernel.hpp) whose groups are
 //   batch = labels in A, B and the output   M = in A and the output only
 //   N     = in B and the output only        K = not in the output
@@ -153,6 +154,37 @@ void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<c
   run_gemm(g);
 }
 
+/// C (labels c_labels) (+)= A summed over its labels not in C: the
+/// single-operand path (reductions, diagonals, permutations).
+template <class T>
+void reduce_single(const strided_operand<T>& a, T* c, std::span<const int> c_labels,
+                   std::span<const std::ptrdiff_t> c_strides, const einsum_extents& ext, bool accumulate) {
+  label_strides sc;
+  for (std::size_t d = 0; d < c_labels.size(); ++d) {
+    sc.has[c_labels[d]] = true;
+    sc.s[c_labels[d]] = ext.of[c_labels[d]] == 1 ? 0 : c_strides[d];
+  }
+  const label_strides sa = strides_by_label(a, ext);
+  std::vector<int> m(c_labels.begin(), c_labels.end()), k;
+  for (int id = 0; id < static_cast<int>(max_einsum_labels); ++id)
+    if (sa.has[id] && !sc.has[id]) k.push_back(id);
+  auto by_desc = [](const label_strides& s) {
+    return [&s](int x, int y) {
+      const auto ax = s.s[x] < 0 ? -s.s[x] : s.s[x], ay = s.s[y] < 0 ? -s.s[y] : s.s[y];
+      return ax > ay;
+    };
+  };
+  std::stable_sort(m.begin(), m.end(), by_desc(sc));
+  std::stable_sort(k.begin(), k.end(), by_desc(sa));
+  reduce_problem<T> r;
+  r.a = a.data;
+  r.c = c;
+  r.accumulate = accumulate;
+  fill_offsets(m, ext, {{&sa, &r.a_m}, {&sc, &r.c_m}});
+  fill_offsets(k, ext, {{&sa, &r.a_k}});
+  run_reduce(r);
+}
+
 inline std::vector<std::ptrdiff_t> row_major_strides(std::span<const std::int64_t> shape) {
   std::vector<std::ptrdiff_t> s(shape.size(), 1);
   for (std::size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * static_cast<std::ptrdiff_t>(shape[d]);
@@ -163,12 +195,9 @@ inline std::vector<std::ptrdiff_t> row_major_strides(std::span<const std::int64_
 template <class T>
 void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, std::vector<strided_operand<T>> ops, T* c,
                     std::span<const std::ptrdiff_t> c_strides, bool accumulate) {
-  static const T one = T(1);
   std::span<const int> c_labels(bind.output_labels.begin(), bind.output_labels.end());
   if (ops.size() == 1) {
-    strided_operand<T> unit;
-    unit.data = &one;
-    contract_pair(ops[0], unit, c, c_labels, c_strides, ext, accumulate);
+    reduce_single(ops[0], c, c_labels, c_strides, ext, accumulate);
     return;
   }
   const einsum_plan plan = plan_einsum(bind, ext);

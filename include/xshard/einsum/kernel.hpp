@@ -359,6 +359,76 @@ struct gemm_by_arch {
   };
 };
 
+/// One single-operand einsum: C[m] (+)= sum_k A[m, k] (a reduction, a
+/// diagonal via summed strides, or a permutation when K is empty).
+template <class T>
+struct reduce_problem {
+  const T* a = nullptr;
+  T* c = nullptr;
+  offsets a_m, c_m;  ///< kept labels
+  offsets a_k;       ///< summed labels
+  bool accumulate = false;
+};
+
+/// The reduction path: SIMD (xsimd, compiled arch) over a contiguous summed
+/// run or a contiguous kept run, table lookups otherwise; split over the
+/// thread pool by blocks of kept elements, each summed in a fixed order.
+template <class T>
+void run_reduce(const reduce_problem<T>& r) {
+  using batch = xsimd::batch<T>;
+  constexpr std::size_t lanes = batch::size;
+  const std::size_t M = r.a_m.size(), K = r.a_k.size();
+  if (M == 0) return;
+  const stride_info ks = uniform_stride(r.a_k), ms = uniform_stride(r.a_m), cs = uniform_stride(r.c_m);
+  const bool k_contiguous = ks.uniform && (ks.stride == 1 || K <= 1);
+  const bool m_contiguous = ms.uniform && ms.stride == 1 && cs.uniform && cs.stride == 1 && M > 1;
+  auto finish = [&](std::size_t m, T v) {
+    T& dst = r.c[r.c_m[m]];
+    dst = r.accumulate ? dst + v : v;
+  };
+  auto rows = [&](std::size_t m0, std::size_t m1) {
+    if (m_contiguous && !k_contiguous) {
+      // Vertical: C[m0:m1] += A[k][m0:m1] for each k.
+      T* c = r.c + r.c_m[m0];
+      if (!r.accumulate) std::fill(c, c + (m1 - m0), T(0));
+      for (std::size_t k = 0; k < K; ++k) {
+        const T* a = r.a + r.a_k[k] + r.a_m[m0];
+        std::size_t i = 0;
+        for (; i + lanes <= m1 - m0; i += lanes)
+          (batch::load_unaligned(c + i) + batch::load_unaligned(a + i)).store_unaligned(c + i);
+        for (; i < m1 - m0; ++i) c[i] += a[i];
+      }
+      return;
+    }
+    for (std::size_t m = m0; m < m1; ++m) {
+      const T* a = r.a + r.a_m[m];
+      if (k_contiguous) {
+        batch acc0(T(0)), acc1(T(0));
+        std::size_t k = 0;
+        for (; k + 2 * lanes <= K; k += 2 * lanes) {
+          acc0 += batch::load_unaligned(a + k);
+          acc1 += batch::load_unaligned(a + k + lanes);
+        }
+        T sum = xsimd::hadd(acc0 + acc1);
+        for (; k < K; ++k) sum += a[k];
+        finish(m, sum);
+      } else {
+        T sum = T(0);
+        for (std::size_t k = 0; k < K; ++k) sum += a[r.a_k[k]];
+        finish(m, sum);
+      }
+    }
+  };
+  const std::size_t work = M * std::max<std::size_t>(K, 1);
+  const std::size_t threads = default_thread_pool().size();
+  if (work < (std::size_t{1} << 16) || threads == 1 || M < 2) {
+    rows(0, M);
+    return;
+  }
+  const std::size_t chunks = std::min(M, 4 * threads);
+  default_thread_pool().parallel_for(chunks, [&](std::size_t t) { rows(M * t / chunks, M * (t + 1) / chunks); });
+}
+
 /// Runs a GEMM problem with the best micro-kernel for this CPU.
 template <class T>
 void run_gemm(const gemm_problem<T>& g) {
