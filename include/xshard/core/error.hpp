@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "fixed_string.hpp"
 #include "text.hpp"
@@ -269,6 +270,10 @@ struct checked {
   T get(std::string_view subject = {}) const& {
     throw_if_error(diag, subject);
     return value;
+  }
+  T get(std::string_view subject = {}) && {
+    throw_if_error(diag, subject);
+    return std::move(value);
   }
 };
 

@@ -237,6 +237,13 @@ strided_operand<T> as_operand(const E& e, std::optional<xt::xarray<T>>& keep) {
   static_assert(std::is_same_v<typename D::value_type, T>,
                 "xshard::einsum: all operands must have the same value type");
   strided_operand<T> op;
+  if (e.dimension() > max_einsum_rank) {
+    diagnostic d;
+    d.code = errc::einsum_too_many;
+    d.a = static_cast<std::int64_t>(e.dimension());
+    d.b = static_cast<std::int64_t>(max_einsum_rank);
+    throw error(describe(d));
+  }
   if constexpr (xt::has_data_interface<D>::value) {
     op.data = e.data() + e.data_offset();
     for (std::size_t d = 0; d < e.dimension(); ++d) {
@@ -295,10 +302,16 @@ void check_output(const Out& out, const std::vector<std::size_t>& shape, std::st
   }
 }
 
-template <class T, class... E>
-void einsum_run(const einsum_equation& eq, std::string_view text, T* out, std::span<const std::ptrdiff_t> out_strides,
-                const std::vector<std::size_t>* expect_shape, std::vector<std::size_t>* shape_out, bool accumulate,
-                const E&... operands);
+/// Where the result goes: given the output shape, returns its data pointer
+/// and strides (allocating, or checking a caller's tensor).
+template <class T>
+struct output_target {
+  T* data;
+  std::vector<std::ptrdiff_t> strides;
+};
+
+template <class T, class Alloc, class... E>
+void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate, const E&... operands);
 
 }  // namespace detail
 
@@ -375,6 +388,21 @@ consteval std::int64_t typed_output_rank() {
 
 }  // namespace detail
 
+namespace detail {
+/// A fresh result tensor of `shape` (rank R, or dynamic when R < 0).
+template <class T, std::int64_t R>
+auto make_result(const std::vector<std::size_t>& shape) {
+  if constexpr (R == 0) {
+    return xt::xtensor<T, 0>();  // one element; resize({}) trips GCC's -Wnonnull
+  } else if constexpr (R > 0) {
+    return xt::xtensor<T, static_cast<std::size_t>(R)>::from_shape(shape);
+  } else {
+    if (shape.empty()) return xt::xarray<T>(T(0));
+    return xt::xarray<T>::from_shape(shape);
+  }
+}
+}  // namespace detail
+
 /// einsum with subscripts checked at compile time.
 template <fixed_string Eq, class E0, class... E>
 auto einsum(const E0& first, const E&... rest) {
@@ -382,22 +410,15 @@ auto einsum(const E0& first, const E&... rest) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "xshard::einsum supports float and double");
   constexpr std::int64_t rank = detail::typed_output_rank<Eq, E0, E...>();
   constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
-  std::vector<std::size_t> shape;
-  if constexpr (rank >= 0) {
-    xt::xtensor<T, static_cast<std::size_t>(rank)> out;
-    detail::einsum_run<T>(eq, Eq.view(), nullptr, {}, nullptr, &shape, false, first, rest...);
-    out.resize(shape);
-    const std::vector<std::ptrdiff_t> strides(out.strides().begin(), out.strides().end());
-    detail::einsum_run<T>(eq, Eq.view(), out.data(), strides, &shape, nullptr, false, first, rest...);
-    return out;
-  } else {
-    xt::xarray<T> out;
-    detail::einsum_run<T>(eq, Eq.view(), nullptr, {}, nullptr, &shape, false, first, rest...);
-    out.resize(shape);
-    const std::vector<std::ptrdiff_t> strides(out.strides().begin(), out.strides().end());
-    detail::einsum_run<T>(eq, Eq.view(), out.data(), strides, &shape, nullptr, false, first, rest...);
-    return out;
-  }
+  decltype(detail::make_result<T, rank>({})) out;
+  detail::einsum_run<T>(
+      eq, Eq.view(),
+      [&](const std::vector<std::size_t>& shape) {
+        out = detail::make_result<T, rank>(shape);
+        return detail::output_target<T>{out.data(), {out.strides().begin(), out.strides().end()}};
+      },
+      false, first, rest...);
+  return out;
 }
 
 /// einsum with subscripts read at run time (same parser and planner).
@@ -406,17 +427,20 @@ xt::xarray<detail::value_t<E0>> einsum(std::string_view equation, const E0& firs
   using T = detail::value_t<E0>;
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "xshard::einsum supports float and double");
   const einsum_equation eq = parse_einsum(equation).get(equation);
-  std::vector<std::size_t> shape;
-  detail::einsum_run<T>(eq, equation, nullptr, {}, nullptr, &shape, false, first, rest...);
-  xt::xarray<T> out = xt::xarray<T>::from_shape(shape);
-  const std::vector<std::ptrdiff_t> strides(out.strides().begin(), out.strides().end());
-  detail::einsum_run<T>(eq, equation, out.data(), strides, &shape, nullptr, false, first, rest...);
+  xt::xarray<T> out;
+  detail::einsum_run<T>(
+      eq, equation,
+      [&](const std::vector<std::size_t>& shape) {
+        out = detail::make_result<T, -1>(shape);
+        return detail::output_target<T>{out.data(), {out.strides().begin(), out.strides().end()}};
+      },
+      false, first, rest...);
   return out;
 }
 
-/// Writes the result into `out` (any strided tensor of the right shape) with
-/// no allocation for two operands; `accumulate` adds instead.
-/// @pre out does not overlap an operand (checked; xshard::error otherwise).
+/// Writes the result into `out` (any strided tensor of the right shape)
+/// without allocating it. @pre out does not overlap an operand (checked:
+/// xshard::error otherwise).
 template <fixed_string Eq, class Out, class E0, class... E>
 void einsum_into(Out& out, const E0& first, const E&... rest) {
   using T = detail::value_t<E0>;
@@ -424,18 +448,19 @@ void einsum_into(Out& out, const E0& first, const E&... rest) {
   static_assert(rank < 0 || tensor_rank_v<Out> < 0 || tensor_rank_v<Out> == rank,
                 "xshard::einsum_into: the output tensor's rank does not match the equation");
   constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
-  std::vector<std::size_t> shape;
-  detail::einsum_run<T>(eq, Eq.view(), nullptr, {}, nullptr, &shape, false, first, rest...);
-  detail::check_output<T>(out, shape, Eq.view());
-  const std::vector<std::ptrdiff_t> strides(out.strides().begin(), out.strides().end());
-  detail::einsum_run<T>(eq, Eq.view(), out.data() + out.data_offset(), strides, &shape, nullptr, false, first, rest...);
+  detail::einsum_run<T>(
+      eq, Eq.view(),
+      [&](const std::vector<std::size_t>& shape) {
+        detail::check_output<T>(out, shape, Eq.view());
+        return detail::output_target<T>{out.data() + out.data_offset(), {out.strides().begin(), out.strides().end()}};
+      },
+      false, first, rest...);
 }
 
 namespace detail {
 
-template <class T, class... E>
-void einsum_run(const einsum_equation& eq, std::string_view text, T* out, std::span<const std::ptrdiff_t> out_strides,
-                const std::vector<std::size_t>* expect_shape, std::vector<std::size_t>* shape_out, bool accumulate,
+template <class T, class Alloc, class... E>
+void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate,
                 const E&... operands) {
   std::array<std::optional<xt::xarray<T>>, sizeof...(E)> keep;
   std::vector<strided_operand<T>> ops;
@@ -443,9 +468,9 @@ void einsum_run(const einsum_equation& eq, std::string_view text, T* out, std::s
   ((ops.push_back(as_operand<T>(operands, keep[i])), ++i), ...);
   auto [bind, ext] = bind_operands<T>(eq, text, ops);
   const std::vector<std::size_t> shape = output_shape<T>(bind, ext);
-  if (shape_out) *shape_out = shape;
-  if (out == nullptr) return;
-  if (expect_shape && *expect_shape != shape) throw error("xshard: einsum output shape mismatch");
+  const output_target<T> target = alloc(shape);
+  T* const out = target.data;
+  const std::vector<std::ptrdiff_t>& out_strides = target.strides;
   // Refuse an output that overlaps an operand: the kernel reads operands
   // while writing the output.
   std::ptrdiff_t lo = 0, hi = 0;

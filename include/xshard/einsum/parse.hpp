@@ -307,10 +307,8 @@ constexpr checked<einsum_extents> einsum_label_extents(const einsum_binding& b,
           return out;
         }
       if (!e.used[id] || e.of[id] == 1) {
-        if (e.used[id] && e.of[id] == 1 && n != 1) {
-          // broadcast 1 -> n (only if no other operand fixed it to 1 as a diagonal; equal-extent rule above)
-        }
-        e.of[id] = e.used[id] ? std::max(e.of[id], n) : n;
+        // First sight, or broadcasting from 1: 1 broadcasts to any extent, 0 included.
+        e.of[id] = n;
         e.used[id] = true;
       } else if (n != e.of[id] && n != 1) {
         out.diag.code = errc::einsum_extent;

@@ -109,6 +109,7 @@ constexpr checked<shard_layout> shard_slices(const xla_sharding& s, std::span<co
     if (s.type == xla_sharding::kind::maximal) {
       L.shards.push_back(full(s.device, 0));
     } else {
+      L.shards.reserve(mesh_devices.size());
       for (std::size_t i = 0; i < mesh_devices.size(); ++i)
         L.shards.push_back(full(mesh_devices[i], static_cast<std::int64_t>(i)));
     }
@@ -125,6 +126,7 @@ constexpr checked<shard_layout> shard_slices(const xla_sharding& s, std::span<co
     L.shard_shape.push_back((L.shape[d] + s.tile_dims[d] - 1) / s.tile_dims[d]);
     L.tile_dims.push_back(s.tile_dims[d]);
   }
+  L.shards.reserve(s.devices.size());
   std::int64_t idx[max_array_rank]{};
   const std::size_t dims = s.tile_dims.size();
   for (std::size_t i = 0; i < s.devices.size(); ++i) {
