@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -136,10 +137,35 @@ class thread_pool {
   static inline thread_local bool inside_ = false;
 };
 
-/// The process-wide pool, created on first use.
-inline thread_pool& default_thread_pool() {
-  static thread_pool pool(default_thread_count());
-  return pool;
+namespace detail {
+struct pool_holder {
+  std::mutex mu;
+  std::unique_ptr<thread_pool> pool;
+};
+inline pool_holder& pool_state() {
+  static pool_holder h;
+  return h;
 }
+}  // namespace detail
+
+/// The process-wide pool, created on first use with default_thread_count().
+inline thread_pool& default_thread_pool() {
+  auto& h = detail::pool_state();
+  std::lock_guard lock(h.mu);
+  if (!h.pool) h.pool = std::make_unique<thread_pool>(default_thread_count());
+  return *h.pool;
+}
+
+/// Replaces the process-wide pool with one of `n` threads (like
+/// torch.set_num_threads). @pre no library call is running on the pool.
+inline void set_num_threads(std::size_t n) {
+  if (n < 1 || n > 4096) throw error("xshard: set_num_threads needs 1..4096 threads, got " + std::to_string(n));
+  auto& h = detail::pool_state();
+  std::lock_guard lock(h.mu);
+  h.pool = std::make_unique<thread_pool>(n);
+}
+
+/// Threads in the process-wide pool.
+inline std::size_t num_threads() { return default_thread_pool().size(); }
 
 }  // namespace xshard
