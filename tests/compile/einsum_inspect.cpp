@@ -13,6 +13,7 @@
 #include <span>
 #include <string_view>
 #include <xshard/xshard.hpp>
+#include <xtensor/xfixed.hpp>
 
 namespace {
 
@@ -198,3 +199,17 @@ static_assert(chain_plan.steps[0].cost == 1000);
 static_assert(chain_plan.total_cost == 1000 + 10 * 10 * 1000);
 
 }  // namespace
+
+// With static extents the contraction order of 3+ operands is planned at
+// compile time: (2x100)(100x3) first costs 600, against 15000 for
+// (100x3)(3x50) and 30000 for the outer pair.
+namespace static_plan_check {
+using A = xt::xtensor_fixed<float, xt::xshape<2, 100>>;
+using B = xt::xtensor_fixed<float, xt::xshape<100, 3>>;
+using C = xt::xtensor_fixed<float, xt::xshape<3, 50>>;
+constexpr const xshard::einsum_plan* plan = xshard::detail::static_plan<"ij,jk,kl->il", A, B, C>();
+static_assert(plan->steps.size() == 2);
+static_assert(plan->steps[0].lhs == 0 && plan->steps[0].rhs == 1 && plan->steps[0].cost == 600);
+static_assert(plan->total_cost == 600 + 2 * 3 * 50);
+static_assert(xshard::detail::static_plan<"ij,jk,kl->il", xt::xtensor<float, 2>, B, C>() == nullptr);  // dynamic
+}  // namespace static_plan_check

@@ -194,13 +194,14 @@ inline std::vector<std::ptrdiff_t> row_major_strides(std::span<const std::int64_
 /// Runs a bound equation on strided operands into C.
 template <class T>
 void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, std::vector<strided_operand<T>> ops, T* c,
-                    std::span<const std::ptrdiff_t> c_strides, bool accumulate) {
+                    std::span<const std::ptrdiff_t> c_strides, bool accumulate,
+                    const einsum_plan* static_plan = nullptr) {
   std::span<const int> c_labels(bind.output_labels.begin(), bind.output_labels.end());
   if (ops.size() == 1) {
     reduce_single(ops[0], c, c_labels, c_strides, ext, accumulate);
     return;
   }
-  const einsum_plan plan = plan_einsum(bind, ext);
+  const einsum_plan plan = static_plan ? *static_plan : plan_einsum(bind, ext);  // compile-time plan if given
   std::vector<std::vector<T>> temps;
   temps.reserve(plan.steps.size());
   for (std::size_t s = 0; s < plan.steps.size(); ++s) {
@@ -311,7 +312,8 @@ struct output_target {
 };
 
 template <class T, class Alloc, class... E>
-void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate, const E&... operands);
+void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate,
+                const einsum_plan* plan, const E&... operands);
 
 }  // namespace detail
 
@@ -386,6 +388,27 @@ consteval std::int64_t typed_output_rank() {
   }
 }
 
+/// The contraction order for 3+ operands whose extents are all static,
+/// planned at compile time (nullptr otherwise: planned at run time).
+template <fixed_string Eq, class... E>
+constexpr einsum_plan static_plan_value() {
+  const std::array<std::span<const std::int64_t>, sizeof...(E)> shapes{
+      std::span<const std::int64_t>(static_extents<E>::value)...};
+  const einsum_binding b = static_binding<Eq, E...>().value;
+  return plan_einsum(b, einsum_label_extents(b, shapes).value);
+}
+template <fixed_string Eq, class... E>
+inline constexpr einsum_plan static_plan_v = static_plan_value<Eq, E...>();
+
+template <fixed_string Eq, class... E>
+constexpr const einsum_plan* static_plan() {
+  if constexpr (sizeof...(E) >= 3 && (static_extents<E>::known && ...)) {
+    if constexpr (typed_output_rank<Eq, E...>() >= 0 && static_extents_diag<Eq, E...>().ok())
+      return &static_plan_v<Eq, E...>;
+  }
+  return nullptr;
+}
+
 }  // namespace detail
 
 namespace detail {
@@ -417,7 +440,7 @@ auto einsum(const E0& first, const E&... rest) {
         out = detail::make_result<T, rank>(shape);
         return detail::output_target<T>{out.data(), {out.strides().begin(), out.strides().end()}};
       },
-      false, first, rest...);
+      false, detail::static_plan<Eq, E0, E...>(), first, rest...);
   return out;
 }
 
@@ -434,7 +457,7 @@ xt::xarray<detail::value_t<E0>> einsum(std::string_view equation, const E0& firs
         out = detail::make_result<T, -1>(shape);
         return detail::output_target<T>{out.data(), {out.strides().begin(), out.strides().end()}};
       },
-      false, first, rest...);
+      false, nullptr, first, rest...);
   return out;
 }
 
@@ -454,14 +477,14 @@ void einsum_into(Out& out, const E0& first, const E&... rest) {
         detail::check_output<T>(out, shape, Eq.view());
         return detail::output_target<T>{out.data() + out.data_offset(), {out.strides().begin(), out.strides().end()}};
       },
-      false, first, rest...);
+      false, detail::static_plan<Eq, E0, E...>(), first, rest...);
 }
 
 namespace detail {
 
 template <class T, class Alloc, class... E>
 void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate,
-                const E&... operands) {
+                const einsum_plan* plan, const E&... operands) {
   std::array<std::optional<xt::xarray<T>>, sizeof...(E)> keep;
   std::vector<strided_operand<T>> ops;
   std::size_t i = 0;
@@ -486,7 +509,7 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
     if (!empty && op.data + olo <= out + hi && out + lo <= op.data + ohi)
       throw error("xshard: einsum output overlaps an operand");
   }
-  execute_einsum<T>(bind, ext, std::move(ops), out, out_strides, accumulate);
+  execute_einsum<T>(bind, ext, std::move(ops), out, out_strides, accumulate, plan);
 }
 
 }  // namespace detail
