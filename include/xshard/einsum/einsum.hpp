@@ -73,6 +73,24 @@ label_strides strides_by_label(const strided_operand<T>& op, const einsum_extent
   return r;
 }
 
+/// The output's strides by label (0 for extent-1 labels).
+inline label_strides output_strides_by_label(std::span<const int> labels, std::span<const std::ptrdiff_t> strides,
+                                             const einsum_extents& ext) {
+  label_strides r;
+  for (std::size_t d = 0; d < labels.size(); ++d) {
+    r.has[labels[d]] = true;
+    r.s[labels[d]] = ext.of[labels[d]] == 1 ? 0 : strides[d];
+  }
+  return r;
+}
+
+/// Orders a label group by decreasing |stride| in `s`, so the last label
+/// (the fastest in the offset tables) has the smallest stride.
+inline void sort_by_stride(std::vector<int>& labels, const label_strides& s) {
+  auto abs_stride = [&s](int id) { return s.s[id] < 0 ? -s.s[id] : s.s[id]; };
+  std::stable_sort(labels.begin(), labels.end(), [&](int x, int y) { return abs_stride(x) > abs_stride(y); });
+}
+
 /// Offset tables of a label group for several operands (odometer order:
 /// the last label varies fastest).
 inline void fill_offsets(const std::vector<int>& labels, const einsum_extents& ext,
@@ -99,11 +117,7 @@ inline void fill_offsets(const std::vector<int>& labels, const einsum_extents& e
 template <class T>
 void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<const int> c_labels,
                    std::span<const std::ptrdiff_t> c_strides, const einsum_extents& ext, bool accumulate) {
-  label_strides sc;
-  for (std::size_t d = 0; d < c_labels.size(); ++d) {
-    sc.has[c_labels[d]] = true;
-    sc.s[c_labels[d]] = ext.of[c_labels[d]] == 1 ? 0 : c_strides[d];
-  }
+  const label_strides sc = output_strides_by_label(c_labels, c_strides, ext);
   label_strides sa = strides_by_label(a, ext), sb = strides_by_label(b, ext);
   // Make the output's fastest label an N label so C rows are contiguous.
   std::ptrdiff_t best = -1;
@@ -132,16 +146,10 @@ void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<c
   }
   for (int id : c_labels)  // output labels that neither operand has (extent 1)
     if (!sa.has[id] && !sb.has[id]) batch.push_back(id);
-  auto by_desc = [](const label_strides& s) {
-    return [&s](int x, int y) {
-      const auto ax = s.s[x] < 0 ? -s.s[x] : s.s[x], ay = s.s[y] < 0 ? -s.s[y] : s.s[y];
-      return ax > ay;
-    };
-  };
-  std::stable_sort(batch.begin(), batch.end(), by_desc(sc));
-  std::stable_sort(m.begin(), m.end(), by_desc(sc));
-  std::stable_sort(n.begin(), n.end(), by_desc(sc));
-  std::stable_sort(k.begin(), k.end(), by_desc(sa));
+  sort_by_stride(batch, sc);
+  sort_by_stride(m, sc);
+  sort_by_stride(n, sc);
+  sort_by_stride(k, sa);
   gemm_problem<T> g;
   g.a = a.data;
   g.b = b.data;
@@ -159,23 +167,13 @@ void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<c
 template <class T>
 void reduce_single(const strided_operand<T>& a, T* c, std::span<const int> c_labels,
                    std::span<const std::ptrdiff_t> c_strides, const einsum_extents& ext, bool accumulate) {
-  label_strides sc;
-  for (std::size_t d = 0; d < c_labels.size(); ++d) {
-    sc.has[c_labels[d]] = true;
-    sc.s[c_labels[d]] = ext.of[c_labels[d]] == 1 ? 0 : c_strides[d];
-  }
+  const label_strides sc = output_strides_by_label(c_labels, c_strides, ext);
   const label_strides sa = strides_by_label(a, ext);
   std::vector<int> m(c_labels.begin(), c_labels.end()), k;
   for (int id = 0; id < static_cast<int>(max_einsum_labels); ++id)
     if (sa.has[id] && !sc.has[id]) k.push_back(id);
-  auto by_desc = [](const label_strides& s) {
-    return [&s](int x, int y) {
-      const auto ax = s.s[x] < 0 ? -s.s[x] : s.s[x], ay = s.s[y] < 0 ? -s.s[y] : s.s[y];
-      return ax > ay;
-    };
-  };
-  std::stable_sort(m.begin(), m.end(), by_desc(sc));
-  std::stable_sort(k.begin(), k.end(), by_desc(sa));
+  sort_by_stride(m, sc);
+  sort_by_stride(k, sa);
   reduce_problem<T> r;
   r.a = a.data;
   r.c = c;

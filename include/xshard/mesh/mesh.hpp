@@ -37,6 +37,17 @@ namespace xshard {
 /// Tile assignments have at most one dim per spec entry plus the mesh axes.
 inline constexpr std::size_t max_array_rank = 2 * max_mesh_axes + 2;
 
+namespace detail {
+/// Row-major position of the element at (idx...) of an array of `shape`.
+template <class Shape, class... I>
+constexpr std::size_t flat_index(const Shape& shape, I... idx) {
+  const std::int64_t ix[] = {static_cast<std::int64_t>(idx)...};
+  std::int64_t flat = 0;
+  for (std::size_t d = 0; d < sizeof...(I); ++d) flat = flat * shape[d] + ix[d];
+  return static_cast<std::size_t>(flat);
+}
+}  // namespace detail
+
 struct int_array {
   static_vector<std::int64_t, max_array_rank> shape{};
   std::vector<int> values{};
@@ -45,10 +56,7 @@ struct int_array {
   constexpr std::size_t size() const { return values.size(); }
   template <class... I>
   constexpr int operator()(I... idx) const {
-    const std::int64_t ix[] = {static_cast<std::int64_t>(idx)...};
-    std::int64_t flat = 0;
-    for (std::size_t d = 0; d < sizeof...(I); ++d) flat = flat * shape[d] + ix[d];
-    return values[static_cast<std::size_t>(flat)];
+    return values[detail::flat_index(shape, idx...)];
   }
   friend constexpr bool operator==(const int_array&, const int_array&) = default;
 };
@@ -63,10 +71,7 @@ struct fixed_int_array {
   static constexpr std::size_t size() { return N; }
   template <class... I>
   constexpr int operator()(I... idx) const {
-    const std::int64_t ix[] = {static_cast<std::int64_t>(idx)...};
-    std::int64_t flat = 0;
-    for (std::size_t d = 0; d < sizeof...(I); ++d) flat = flat * shape[d] + ix[d];
-    return values[static_cast<std::size_t>(flat)];
+    return values[detail::flat_index(shape, idx...)];
   }
   int_array runtime() const { return {shape, std::vector<int>(values.begin(), values.end())}; }
   friend constexpr bool operator==(const fixed_int_array& a, const int_array& b) {
