@@ -2,6 +2,10 @@
 # Installs xshard's build and test dependencies on Debian 12 (run as root).
 # Idempotent: when every package is already installed it does nothing, so
 # reruns are fast. Nothing is downloaded besides Debian packages.
+#
+# XSHARD_BENCH_DEPS=1 also installs the optional benchmark peers (bench/ only;
+# the tests never need them): OpenBLAS and Eigen for bench/einsum, numpy,
+# torch and matplotlib for bench/peers.py and bench/plot_einsum.py.
 set -euo pipefail
 
 packages=(
@@ -10,6 +14,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   ca-certificates python3
 )
+if [ "${XSHARD_BENCH_DEPS:-0}" = "1" ]; then
+  packages+=(libopenblas-dev libeigen3-dev python3-numpy python3-torch python3-matplotlib)
+fi
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Runs the einsum benchmarks and their peers, then writes the table and chart.
+#
+#   bench/run_einsum.sh                    # from anywhere
+#   REPS=7 THREADS="1 2" OUT=/tmp/r bench/run_einsum.sh
+#   FILTER='f32/' bench/run_einsum.sh      # --benchmark_filter for bench/einsum
+#   SKIP_PEERS=1 / SKIP_BUILD=1            # reuse peers.json / the built binary
+#   EXTRA_ARGS='--benchmark_min_time=0.1'  # more flags for bench/einsum
+#
+# 1. Configures and builds the `release` preset's bench/einsum target (GCC,
+#    -O3; bench/einsum adds -march=native unless XSHARD_BENCH_EINSUM_NATIVE=OFF,
+#    see bench/CMakeLists.txt). Peers need the Debian packages installed by
+#    XSHARD_BENCH_DEPS=1 scripts/install-deps.sh.
+# 2. Runs bench/einsum once per thread count t in $THREADS (default "1 2") with
+#    XSHARD_NUM_THREADS = OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = t,
+#    OPENBLAS_CORETYPE=Cooperlake (OpenBLAS reads it when it loads; without it
+#    the comparison is meaningless, see ../shared/PERF-NOTES.md) and
+#    --benchmark_repetitions=$REPS (default 5) --benchmark_report_aggregates_only=true,
+#    writing $OUT/einsum_t<t>.json (and the console output to .txt).
+# 3. Runs bench/peers.py (numpy, torch; Debian's /usr/bin/python3) -> $OUT/peers.json.
+# 4. Runs bench/plot_einsum.py -> $OUT/einsum.md and $OUT/einsum.png.
+# $OUT defaults to bench/results. $OUT/build_info.txt records the commit, the
+# state of the einsum headers and the compile command used.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+REPS="${REPS:-5}"
+THREADS="${THREADS:-1 2}"
+OUT="${OUT:-bench/results}"
+FILTER="${FILTER:-}"
+export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Cooperlake}"
+
+# numpy and torch are Debian packages: prefer Debian's interpreter over any
+# python3 earlier on PATH (pyenv and the like do not see them).
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=python3
+  for p in /usr/bin/python3 python3; do
+    if "$p" -c 'import numpy' >/dev/null 2>&1; then
+      PYTHON="$p"
+      break
+    fi
+  done
+fi
+
+mkdir -p "$OUT"
+bin=build/release/bench/einsum
+
+if [ "${SKIP_BUILD:-0}" != "1" ]; then
+  echo "== build: release preset, target einsum"
+  cmake --preset release >/dev/null
+  cmake --build --preset release --target einsum
+fi
+
+{
+  echo "date: $(date -Iseconds)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "uncommitted changes under include/xshard/einsum: $(git status --porcelain -- include/xshard/einsum 2>/dev/null | wc -l) file(s)"
+  for f in include/xshard/einsum/*.hpp include/xshard/core/thread_pool.hpp; do
+    [ -f "$f" ] && echo "  $(sha256sum "$f" | cut -c1-12)  $f"
+  done
+  echo "binary built: $(date -Iseconds -r "$bin")"
+  echo "compiler: $(g++ --version | head -n1)"
+  echo "compile command (bench/einsum.cpp):"
+  "${PYTHON}" - <<'EOF' 2>/dev/null || echo "  (build/release/compile_commands.json not readable)"
+import json
+for e in json.load(open("build/release/compile_commands.json")):
+    if e["file"].endswith("bench/einsum.cpp"):
+        print("  " + e.get("command", " ".join(e.get("arguments", []))))
+EOF
+  echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpu(s)"
+  echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE}"
+} >"$OUT/build_info.txt"
+cat "$OUT/build_info.txt"
+
+for t in $THREADS; do
+  echo "== bench/einsum, ${t} thread(s)"
+  args=(--benchmark_repetitions="$REPS" --benchmark_report_aggregates_only=true
+    --benchmark_out="$OUT/einsum_t${t}.json" --benchmark_out_format=json --benchmark_color=false)
+  if [ -n "$FILTER" ]; then args+=(--benchmark_filter="$FILTER"); fi
+  # shellcheck disable=SC2206  # EXTRA_ARGS is a list of flags
+  args+=(${EXTRA_ARGS:-})
+  XSHARD_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t" "$bin" "${args[@]}" 2>&1 |
+    tee "$OUT/einsum_t${t}.txt"
+done
+
+if [ "${SKIP_PEERS:-0}" != "1" ]; then
+  echo "== bench/peers.py (${PYTHON})"
+  # shellcheck disable=SC2086  # THREADS is a list
+  "$PYTHON" bench/peers.py --threads $THREADS --reps "$REPS" --out "$OUT/peers.json"
+fi
+
+echo "== bench/plot_einsum.py"
+"$PYTHON" bench/plot_einsum.py --results "$OUT"
+cat "$OUT/einsum.md"
