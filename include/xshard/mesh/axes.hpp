@@ -92,6 +92,43 @@ struct cursor {
 
 }  // namespace detail
 
+namespace detail {
+/// Appends an axis after the checks every way of building a mesh shares:
+/// size in [1, max_mesh_devices], a name not used before, room for it, and
+/// a total device count within max_mesh_devices. `product` is the running
+/// device count.
+constexpr diagnostic append_axis(mesh_axes& axes, const mesh_axis& axis, std::int64_t& product) {
+  diagnostic d;
+  if (axis.size < 1 || axis.size > max_mesh_devices) {
+    d.code = errc::bad_axis_size;
+    d.name = axis.name;
+    d.a = axis.size;
+    return d;
+  }
+  for (const mesh_axis& other : axes)
+    if (!axis.name.empty() && other.name == axis.name) {
+      d.code = errc::duplicate_axis_name;
+      d.name = axis.name;
+      return d;
+    }
+  if (axes.full()) {
+    d.code = errc::too_many_axes;
+    d.a = static_cast<std::int64_t>(max_mesh_axes) + 1;
+    d.b = static_cast<std::int64_t>(max_mesh_axes);
+    return d;
+  }
+  product *= axis.size;
+  if (product > max_mesh_devices) {
+    d.code = errc::device_count_mismatch;
+    d.a = product;
+    d.b = max_mesh_devices;
+    return d;
+  }
+  axes.push_back(axis);
+  return d;
+}
+}  // namespace detail
+
 /// Parses mesh text. Checks syntax, name rules, sizes >= 1, duplicate names,
 /// the axis count and the total device count.
 constexpr checked<mesh_axes> parse_mesh_axes(std::string_view text) {
@@ -136,33 +173,8 @@ constexpr checked<mesh_axes> parse_mesh_axes(std::string_view text) {
       if (!detail::is_digit(c.peek())) return fail(errc::mesh_syntax);
       axis.size = max_mesh_devices + 1;  // too large to read: report it as a bad size
     }
-    if (axis.size < 1 || axis.size > max_mesh_devices) {
-      out.diag.code = errc::bad_axis_size;
-      out.diag.name = axis.name;
-      out.diag.a = axis.size;
-      return out;
-    }
-    for (const mesh_axis& other : out.value) {
-      if (named == 1 && other.name == axis.name) {
-        out.diag.code = errc::duplicate_axis_name;
-        out.diag.name = axis.name;
-        return out;
-      }
-    }
-    if (out.value.full()) {
-      out.diag.code = errc::too_many_axes;
-      out.diag.a = static_cast<std::int64_t>(max_mesh_axes) + 1;
-      out.diag.b = static_cast<std::int64_t>(max_mesh_axes);
-      return out;
-    }
-    product *= axis.size;
-    if (product > max_mesh_devices) {
-      out.diag.code = errc::device_count_mismatch;
-      out.diag.a = product;
-      out.diag.b = max_mesh_devices;
-      return out;
-    }
-    out.value.push_back(axis);
+    out.diag = detail::append_axis(out.value, axis, product);
+    if (!out.ok()) return out;
     c.skip_space();
     if (c.at_end()) break;
     if (!c.eat(',')) return fail(errc::mesh_syntax);
@@ -209,28 +221,10 @@ constexpr checked<mesh_axes> make_mesh_axes(std::span<const std::int64_t> sizes,
         return out;
       }
       axis.name.assign(name);
-      for (const mesh_axis& other : out.value)
-        if (other.name == axis.name) {
-          out.diag.code = errc::duplicate_axis_name;
-          out.diag.name = axis.name;
-          return out;
-        }
     }
     axis.size = sizes[i];
-    if (axis.size < 1 || axis.size > max_mesh_devices) {
-      out.diag.code = errc::bad_axis_size;
-      out.diag.name = axis.name;
-      out.diag.a = axis.size;
-      return out;
-    }
-    product *= axis.size;
-    if (product > max_mesh_devices) {
-      out.diag.code = errc::device_count_mismatch;
-      out.diag.a = product;
-      out.diag.b = max_mesh_devices;
-      return out;
-    }
-    out.value.push_back(axis);
+    out.diag = detail::append_axis(out.value, axis, product);
+    if (!out.ok()) return out;
   }
   return out;
 }
