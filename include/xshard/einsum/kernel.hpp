@@ -9,27 +9,37 @@
 // the operand; nothing is transposed or flattened first.
 //
 // Loops are Goto/BLIS's: jc (NC) -> pc (KC, pack B) -> ic (MC, pack A) ->
-// jr (NR) -> ir (MR) -> micro-kernel (an MR x NR register tile over KC).
-// The micro-kernel is chosen at run time with xsimd::dispatch:
-//   avx512bw       intrinsics in a target("avx512...") function, 12 x 32 floats
-//   fma3<avx2>     intrinsics in a target("avx2,fma") function,   6 x 16 floats
-//   anything else  xsimd::batch of the arch the TU is compiled for
+// ir (MR) -> jr (NR) -> micro-kernel (an MR x NR register tile over KC), with
+// A's micro-panel held in L1 while B's block streams from L2/L3. A is read
+// in place, without packing, when its rows are contiguous along K (the
+// attention shapes, where packing would cost a third of the time); the
+// next panel's rows are prefetched meanwhile.
+// The micro-kernel is one body stamped out per instruction set and chosen at
+// run time with xsimd::dispatch:
+//   avx512bw       target("avx512...") intrinsics, 12 x 32 floats / 12 x 16 doubles
+//   fma3<avx2>     target("avx2,fma") intrinsics,   6 x 16 floats /  6 x 8 doubles
+//   anything else  xsimd::batch of the arch the TU is compiled for, 6 x 2 batches
 // (xsimd 8.1 only defines batch<T, avx512f> when the TU is compiled with
 // -mavx512f, so the wide kernels use intrinsics under target attributes; the
 // binary needs no -march flag to use AVX-512 where the CPU has it.)
-// Work is split over the thread pool by (batch, M block, N block) tiles; each
-// C element is always summed over k in the same order, so results do not
-// depend on the thread count.
+// Threads: (batch, M, N) is cut into one rectangle per thread (the grid that
+// balances best, see gemm_thread_grid); each thread packs into its own
+// buffers, reused across calls. Every C element is summed over k in the same
+// KC blocks and order whatever the grid, so results do not depend on the
+// thread count.
 #pragma once
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 #include <xsimd/xsimd.hpp>
 
@@ -67,135 +77,179 @@ inline stride_info uniform_stride(const offsets& t) {
 }
 
 // ---------------------------------------------------------------------------
-// Micro-kernels: c[MR x NR] (row-major, ldc = NR) = sum over kc of
-// a[p * MR + i] * b[p * NR + j].
+// Micro-kernels. One body, written once (XSHARD_DEFINE_MICRO_KERNEL), is
+// stamped out per instruction set with that set's target attribute and its
+// vector operations (a struct of always-inline static functions carrying the
+// same attribute: GCC only inlines them into a function with that target, so
+// the body cannot be an ordinary template over the operations).
+//
+//   c_rows[i][0 .. NR) (+)= sum over p < kc of a[p * MR + i] * b[p * NR + j]
+//
+// with NR = 2 vectors. A's micro-panel (MR x kc) stays in L1 while the
+// driver sweeps B's micro-panels (kc x NR) out of L2. Each row of the C tile
+// is written in place (c_rows[i] points at its first element, contiguous
+// along N).
 
 #if defined(__GNUC__) || defined(__clang__)
 #define XSHARD_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2")))
 #define XSHARD_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define XSHARD_ALWAYS_INLINE __attribute__((always_inline)) inline
+#else
+#define XSHARD_TARGET_AVX512
+#define XSHARD_TARGET_AVX2
+#define XSHARD_ALWAYS_INLINE inline
 #endif
 
-XSHARD_TARGET_AVX512 inline void micro_avx512(std::size_t kc, const float* a, const float* b, float* c) {
-  __m512 acc[12][2];
-#pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (std::size_t p = 0; p < kc; ++p) {
-    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i]);
-      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
-    }
-    a += 12;
-    b += 32;
+/// AVX-512 operations on float (__m512, 16 lanes) and double (__m512d, 8).
+struct avx512_ops {
+  template <class T>
+  static constexpr int lanes = 64 / static_cast<int>(sizeof(T));
+  static constexpr int rows = 12;  // 12 x 2 accumulators + 2 B vectors + 1 broadcast of 32 zmm
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512 zero(const float*) { return _mm512_setzero_ps(); }
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512d zero(const double*) { return _mm512_setzero_pd(); }
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512d load(const double* p) { return _mm512_loadu_pd(p); }
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512 bcast(const float* p) { return _mm512_set1_ps(*p); }
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512d bcast(const double* p) { return _mm512_set1_pd(*p); }
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512 fma(__m512 a, __m512 b, __m512 c) {
+    return _mm512_fmadd_ps(a, b, c);
   }
-#pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) {
-    _mm512_storeu_ps(c + 32 * i, acc[i][0]);
-    _mm512_storeu_ps(c + 32 * i + 16, acc[i][1]);
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512d fma(__m512d a, __m512d b, __m512d c) {
+    return _mm512_fmadd_pd(a, b, c);
   }
-}
-XSHARD_TARGET_AVX512 inline void micro_avx512(std::size_t kc, const double* a, const double* b, double* c) {
-  __m512d acc[12][2];
-#pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_pd();
-  for (std::size_t p = 0; p < kc; ++p) {
-    const __m512d b0 = _mm512_loadu_pd(b), b1 = _mm512_loadu_pd(b + 8);
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) {
-      const __m512d ai = _mm512_set1_pd(a[i]);
-      acc[i][0] = _mm512_fmadd_pd(ai, b0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_pd(ai, b1, acc[i][1]);
-    }
-    a += 12;
-    b += 16;
-  }
-#pragma GCC unroll 12
-  for (int i = 0; i < 12; ++i) {
-    _mm512_storeu_pd(c + 16 * i, acc[i][0]);
-    _mm512_storeu_pd(c + 16 * i + 8, acc[i][1]);
-  }
-}
-XSHARD_TARGET_AVX2 inline void micro_avx2(std::size_t kc, const float* a, const float* b, float* c) {
-  __m256 acc[6][2];
-#pragma GCC unroll 6
-  for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-  for (std::size_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-#pragma GCC unroll 6
-    for (int i = 0; i < 6; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(a + i);
-      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
-    }
-    a += 6;
-    b += 16;
-  }
-#pragma GCC unroll 6
-  for (int i = 0; i < 6; ++i) {
-    _mm256_storeu_ps(c + 16 * i, acc[i][0]);
-    _mm256_storeu_ps(c + 16 * i + 8, acc[i][1]);
-  }
-}
-XSHARD_TARGET_AVX2 inline void micro_avx2(std::size_t kc, const double* a, const double* b, double* c) {
-  __m256d acc[6][2];
-#pragma GCC unroll 6
-  for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_pd();
-  for (std::size_t p = 0; p < kc; ++p) {
-    const __m256d b0 = _mm256_loadu_pd(b), b1 = _mm256_loadu_pd(b + 4);
-#pragma GCC unroll 6
-    for (int i = 0; i < 6; ++i) {
-      const __m256d ai = _mm256_broadcast_sd(a + i);
-      acc[i][0] = _mm256_fmadd_pd(ai, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_pd(ai, b1, acc[i][1]);
-    }
-    a += 6;
-    b += 8;
-  }
-#pragma GCC unroll 6
-  for (int i = 0; i < 6; ++i) {
-    _mm256_storeu_pd(c + 8 * i, acc[i][0]);
-    _mm256_storeu_pd(c + 8 * i + 4, acc[i][1]);
-  }
-}
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512d add(__m512d a, __m512d b) { return _mm512_add_pd(a, b); }
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static void store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static void store(double* p, __m512d v) { _mm512_storeu_pd(p, v); }
+};
 
-/// Portable kernel on xsimd batches of the compiled arch: 4 x (2 batches).
-template <class T>
-struct xsimd_micro {
-  using batch = xsimd::batch<T>;
-  static constexpr int mr = 4;
-  static constexpr int nr = 2 * static_cast<int>(batch::size);
-  static void run(std::size_t kc, const T* a, const T* b, T* c) {
-    batch acc[mr][2];
-    for (int i = 0; i < mr; ++i) acc[i][0] = acc[i][1] = batch(T(0));
-    for (std::size_t p = 0; p < kc; ++p) {
-      const batch b0 = batch::load_unaligned(b), b1 = batch::load_unaligned(b + batch::size);
-      for (int i = 0; i < mr; ++i) {
-        const batch ai(a[i]);
-        acc[i][0] = xsimd::fma(ai, b0, acc[i][0]);
-        acc[i][1] = xsimd::fma(ai, b1, acc[i][1]);
-      }
-      a += mr;
-      b += nr;
-    }
-    for (int i = 0; i < mr; ++i) {
-      acc[i][0].store_unaligned(c + nr * i);
-      acc[i][1].store_unaligned(c + nr * i + batch::size);
-    }
+/// AVX2 + FMA operations on float (__m256, 8 lanes) and double (__m256d, 4).
+struct avx2_ops {
+  template <class T>
+  static constexpr int lanes = 32 / static_cast<int>(sizeof(T));
+  static constexpr int rows = 6;  // 6 x 2 accumulators + 2 B vectors + 1 broadcast of 16 ymm
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256 zero(const float*) { return _mm256_setzero_ps(); }
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256d zero(const double*) { return _mm256_setzero_pd(); }
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256d load(const double* p) { return _mm256_loadu_pd(p); }
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256 bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256d bcast(const double* p) { return _mm256_broadcast_sd(p); }
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256 fma(__m256 a, __m256 b, __m256 c) {
+    return _mm256_fmadd_ps(a, b, c);
+  }
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256d fma(__m256d a, __m256d b, __m256d c) {
+    return _mm256_fmadd_pd(a, b, c);
+  }
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256d add(__m256d a, __m256d b) { return _mm256_add_pd(a, b); }
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static void store(double* p, __m256d v) { _mm256_storeu_pd(p, v); }
+};
+
+/// Portable operations on xsimd batches of the arch the TU is compiled for.
+struct xsimd_ops {
+  template <class T>
+  using vec = xsimd::batch<T>;
+  template <class T>
+  static constexpr int lanes = static_cast<int>(xsimd::batch<T>::size);
+  static constexpr int rows = 6;
+  template <class T>
+  static vec<T> zero(const T*) {
+    return vec<T>(T(0));
+  }
+  template <class T>
+  static vec<T> load(const T* p) {
+    return vec<T>::load_unaligned(p);
+  }
+  template <class T>
+  static vec<T> bcast(const T* p) {
+    return vec<T>(*p);
+  }
+  template <class T>
+  static vec<T> fma(vec<T> a, vec<T> b, vec<T> c) {
+    return xsimd::fma(a, b, c);
+  }
+  template <class T>
+  static vec<T> add(vec<T> a, vec<T> b) {
+    return a + b;
+  }
+  template <class T>
+  static void store(T* p, vec<T> v) {
+    v.store_unaligned(p);
   }
 };
+
+// The body: MR rows x 2 vectors of accumulators over kc steps, then each C
+// row stored (add: loaded and summed first). A's element (i, p) is at
+// a[i * rs + p * cs]: (1, MR) for a packed panel, (lda, 1) for rows read in
+// place; the rows are addressed from MR / 3 base pointers plus three row
+// offsets, which keeps every address in a register. The C tile is
+// prefetched first so its lines arrive while the k loop runs.
+#define XSHARD_DEFINE_MICRO_KERNEL(NAME, TARGET, OPS)                                                              \
+  template <class T>                                                                                               \
+  TARGET void NAME(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c_rows, \
+                   bool add) {                                                                                     \
+    using V = decltype(OPS::zero(a));                                                                              \
+    constexpr int MR = OPS::rows, L = OPS::template lanes<T>, Q = MR / 3;                                          \
+    static_assert(MR % 3 == 0);                                                                                    \
+    for (int i = 0; i < MR; ++i) __builtin_prefetch(c_rows[i], 1, 3);                                              \
+    V acc[MR][2];                                                                                                  \
+    _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = OPS::zero(a);                    \
+    const T* base[Q];                                                                                              \
+    for (int q = 0; q < Q; ++q) base[q] = a + 3 * q * rs;                                                          \
+    const std::ptrdiff_t off[3] = {0, rs, 2 * rs};                                                                 \
+    _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kc; ++p) {                                                 \
+      const V b0 = OPS::load(b), b1 = OPS::load(b + L);                                                            \
+      _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q) {                                                        \
+        _Pragma("GCC unroll 3") for (int r = 0; r < 3; ++r) {                                                      \
+          const V ai = OPS::bcast(base[q] + off[r]);                                                               \
+          acc[3 * q + r][0] = OPS::fma(ai, b0, acc[3 * q + r][0]);                                                 \
+          acc[3 * q + r][1] = OPS::fma(ai, b1, acc[3 * q + r][1]);                                                 \
+        }                                                                                                          \
+        base[q] += cs;                                                                                             \
+      }                                                                                                            \
+      b += 2 * L;                                                                                                  \
+    }                                                                                                              \
+    _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) {                                                        \
+      T* c = c_rows[i];                                                                                            \
+      if (add) {                                                                                                   \
+        acc[i][0] = OPS::add(acc[i][0], OPS::load(c));                                                             \
+        acc[i][1] = OPS::add(acc[i][1], OPS::load(c + L));                                                         \
+      }                                                                                                            \
+      OPS::store(c, acc[i][0]);                                                                                    \
+      OPS::store(c + L, acc[i][1]);                                                                                \
+    }                                                                                                              \
+  }
+
+XSHARD_DEFINE_MICRO_KERNEL(micro_avx512, XSHARD_TARGET_AVX512, avx512_ops)
+XSHARD_DEFINE_MICRO_KERNEL(micro_avx2, XSHARD_TARGET_AVX2, avx2_ops)
+XSHARD_DEFINE_MICRO_KERNEL(micro_xsimd, , xsimd_ops)
+#undef XSHARD_DEFINE_MICRO_KERNEL
 
 // ---------------------------------------------------------------------------
 // The blocked driver, for one micro-kernel shape.
 
-/// Cache blocking (floats): KC x NR panels of B stay in L1, MC x KC of A in
-/// L2 (2 MiB per core here), KC x NC of B in L3.
+/// Cache blocking, in elements. The loop nest keeps A's micro-panel
+/// (MR x KC) in L1 and B's block (KC x NC) in L2 (1-2 MiB per core on the
+/// AVX-512 machines this is tuned for); A's block (MC x KC) is packed per MC
+/// rows. Override with -DXSHARD_GEMM_KC=... (and _MC, _NC) to tune.
 template <class T>
 struct blocking {
-  static constexpr std::size_t kc = sizeof(T) == 4 ? 384 : 256;
-  static constexpr std::size_t mc = sizeof(T) == 4 ? 480 : 240;
-  static constexpr std::size_t nc = 3072;
+#ifdef XSHARD_GEMM_KC
+  static constexpr std::size_t kc = XSHARD_GEMM_KC;
+#else
+  static constexpr std::size_t kc = 384;
+#endif
+#ifdef XSHARD_GEMM_MC
+  static constexpr std::size_t mc = XSHARD_GEMM_MC;
+#else
+  static constexpr std::size_t mc = 144;
+#endif
+#ifdef XSHARD_GEMM_NC
+  static constexpr std::size_t nc = XSHARD_GEMM_NC;
+#else
+  static constexpr std::size_t nc = 1024;
+#endif
 };
 
 template <class T>
@@ -215,22 +269,31 @@ struct aligned_buffer {
 };
 
 /// Packs rows [i0, i0 + mc) x k [p0, p0 + kc) of A into MR-row panels
-/// (zero rows past M). Reads through the k offsets, or by a constant stride
-/// when k is uniformly strided (the common case).
+/// (panel r holds a[p * MR + i]; zero rows past mc). Reads straight from
+/// the operand: MR contiguous elements per k when M has unit stride, a
+/// strided or table-driven row otherwise.
 template <class T, int MR>
 void pack_a(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t i0, std::size_t mc, std::size_t p0,
-            std::size_t kc, T* out, const stride_info& k_stride) {
-  const std::size_t m_total = g.a_m.size();
+            std::size_t kc, T* out, const stride_info& m_stride, const stride_info& k_stride) {
   for (std::size_t r = 0; r < mc; r += MR) {
     T* panel = out + r * kc;
-    for (int ii = 0; ii < MR; ++ii) {
-      const std::size_t row = i0 + r + static_cast<std::size_t>(ii);
+    const std::size_t rows = std::min<std::size_t>(MR, mc - r);
+    const T* a0 = g.a + base + g.a_m[i0 + r];
+    if (m_stride.uniform && m_stride.stride == 1 && rows == static_cast<std::size_t>(MR)) {
+      for (std::size_t p = 0; p < kc; ++p) {
+        const T* src = a0 + g.a_k[p0 + p];
+        T* dst = panel + p * MR;
+        for (int ii = 0; ii < MR; ++ii) dst[ii] = src[ii];
+      }
+      continue;
+    }
+    for (std::size_t ii = 0; ii < static_cast<std::size_t>(MR); ++ii) {
       T* dst = panel + ii;
-      if (row >= m_total || r + static_cast<std::size_t>(ii) >= mc) {
+      if (ii >= rows) {
         for (std::size_t p = 0; p < kc; ++p) dst[p * MR] = T(0);
         continue;
       }
-      const T* src = g.a + base + g.a_m[row];
+      const T* src = g.a + base + g.a_m[i0 + r + ii];
       if (k_stride.uniform) {
         const std::ptrdiff_t s = k_stride.stride;
         src += static_cast<std::ptrdiff_t>(p0) * s;
@@ -242,121 +305,207 @@ void pack_a(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t i0, std::
   }
 }
 
-/// Packs k [p0, p0 + kc) x columns [j0, j0 + nc) of B into NR-column panels.
+/// Packs k [p0, p0 + kc) x columns [j0, j0 + nc) of B into NR-column panels
+/// (panel c holds b[p * NR + j]; zero columns past nc). Row by row when N
+/// has unit stride, column by column (contiguous reads along K) otherwise.
 template <class T, int NR>
 void pack_b(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t p0, std::size_t kc, std::size_t j0,
-            std::size_t nc, T* out, const stride_info& n_stride) {
-  const std::size_t n_total = g.b_n.size();
+            std::size_t nc, T* out, const stride_info& n_stride, const stride_info& k_stride) {
   for (std::size_t c = 0; c < nc; c += NR) {
     T* panel = out + c * kc;
-    const std::size_t width = std::min<std::size_t>(NR, std::min(nc - c, n_total - (j0 + c)));
-    for (std::size_t p = 0; p < kc; ++p) {
-      const T* src = g.b + base + g.b_k[p0 + p];
-      T* dst = panel + p * NR;
-      if (n_stride.uniform && n_stride.stride == 1) {
-        std::memcpy(dst, src + (j0 + c), width * sizeof(T));
-      } else {
-        for (std::size_t jj = 0; jj < width; ++jj) dst[jj] = src[g.b_n[j0 + c + jj]];
+    const std::size_t width = std::min<std::size_t>(NR, nc - c);
+    if (n_stride.uniform && n_stride.stride == 1) {
+      for (std::size_t p = 0; p < kc; ++p) {
+        const T* src = g.b + base + g.b_k[p0 + p] + (j0 + c);
+        T* dst = panel + p * NR;
+        if (width == static_cast<std::size_t>(NR)) {
+          for (int jj = 0; jj < NR; ++jj) dst[jj] = src[jj];
+        } else {
+          for (std::size_t jj = 0; jj < width; ++jj) dst[jj] = src[jj];
+          for (std::size_t jj = width; jj < static_cast<std::size_t>(NR); ++jj) dst[jj] = T(0);
+        }
       }
-      for (std::size_t jj = width; jj < static_cast<std::size_t>(NR); ++jj) dst[jj] = T(0);
+      continue;
+    }
+    for (std::size_t jj = 0; jj < static_cast<std::size_t>(NR); ++jj) {
+      T* dst = panel + jj;
+      if (jj >= width) {
+        for (std::size_t p = 0; p < kc; ++p) dst[p * NR] = T(0);
+        continue;
+      }
+      const T* src = g.b + base + g.b_n[j0 + c + jj];
+      if (k_stride.uniform) {
+        const std::ptrdiff_t s = k_stride.stride;
+        src += static_cast<std::ptrdiff_t>(p0) * s;
+        for (std::size_t p = 0; p < kc; ++p) dst[p * NR] = src[static_cast<std::ptrdiff_t>(p) * s];
+      } else {
+        for (std::size_t p = 0; p < kc; ++p) dst[p * NR] = src[g.b_k[p0 + p]];
+      }
     }
   }
 }
 
-template <class T, class Micro, int MR, int NR>
-void gemm_driver(const gemm_problem<T>& g) {
-  using B = blocking<T>;
-  const std::size_t M = g.a_m.size(), N = g.b_n.size(), K = g.a_k.size(), batches = g.a_batch.size();
-  if (M == 0 || N == 0 || batches == 0) return;
-  const std::size_t mc_max = (B::mc / MR) * MR;
-  const std::size_t nc_max = (B::nc / NR) * NR;
-  const stride_info n_b = uniform_stride(g.b_n), n_c = uniform_stride(g.c_n), k_a = uniform_stride(g.a_k);
-  // Tiles: (batch, M block, N block); each computes its C block completely.
-  const std::size_t m_blocks = (M + mc_max - 1) / mc_max, n_blocks = (N + nc_max - 1) / nc_max;
-  // With few tiles, split M finer so every thread has work.
-  std::size_t mc_step = mc_max;
-  const std::size_t threads = default_thread_pool().size();
-  if (batches * m_blocks * n_blocks < 2 * threads && M > MR) {
-    const std::size_t want = std::max<std::size_t>(1, (2 * threads + batches * n_blocks - 1) / (batches * n_blocks));
-    mc_step = std::max<std::size_t>(MR, ((M + want - 1) / want + MR - 1) / MR * MR);
-    mc_step = std::min(mc_step, mc_max);
-  }
-  const std::size_t m_tiles = (M + mc_step - 1) / mc_step;
-  const std::size_t tiles = batches * m_tiles * n_blocks;
-  const std::size_t flops = 2 * M * N * std::max<std::size_t>(K, 1) * batches;
-  auto tile = [&](std::size_t t) {
-    thread_local aligned_buffer<T> abuf, bbuf;
-    const std::size_t bi = t / (m_tiles * n_blocks);
-    const std::size_t mi = (t / n_blocks) % m_tiles;
-    const std::size_t ni = t % n_blocks;
-    const std::size_t i0 = mi * mc_step, mc = std::min(mc_step, M - i0);
-    const std::size_t j0 = ni * nc_max, nc = std::min(nc_max, N - j0);
-    const std::size_t mc_pad = (mc + MR - 1) / MR * MR, nc_pad = (nc + NR - 1) / NR * NR;
-    T ctile[MR * NR];
-    if (K == 0) {  // empty sum: C = 0 (or unchanged when accumulating)
-      if (g.accumulate) return;
-      for (std::size_t i = 0; i < mc; ++i)
-        for (std::size_t j = 0; j < nc; ++j) g.c[g.c_batch[bi] + g.c_m[i0 + i] + g.c_n[j0 + j]] = T(0);
-      return;
+/// A rectangle of the (batch, M, N) index space: one thread's share.
+struct gemm_range {
+  std::size_t b0, b1, m0, m1, n0, n1;
+};
+
+/// Splits (batches, M, N) over `threads` as a grid tb x tm x tn with
+/// tb * tm * tn == threads, choosing the grid whose largest share (rounded
+/// to whole micro-tiles) is smallest; ties prefer splitting batches, then N
+/// (M splits make every thread pack the same B). Deterministic.
+inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::size_t M, std::size_t N,
+                                                   std::size_t threads, std::size_t mr, std::size_t nr) {
+  auto ceil_div = [](std::size_t x, std::size_t y) { return (x + y - 1) / y; };
+  std::array<std::size_t, 3> best{1, 1, 1};
+  double best_cost = -1;
+  for (std::size_t tb = 1; tb <= threads; ++tb) {
+    if (threads % tb) continue;
+    for (std::size_t tm = 1; tm <= threads / tb; ++tm) {
+      if ((threads / tb) % tm) continue;
+      const std::size_t tn = threads / tb / tm;
+      const double mb = static_cast<double>(ceil_div(ceil_div(M, tm), mr) * mr);
+      const double nb = static_cast<double>(ceil_div(ceil_div(N, tn), nr) * nr);
+      const double cost = static_cast<double>(ceil_div(batches, tb)) * mb * nb * (1.0 + 0.01 * static_cast<double>(tm));
+      if (best_cost < 0 || cost < best_cost) best_cost = cost, best = {tb, tm, tn};
     }
-    for (std::size_t p0 = 0; p0 < K; p0 += B::kc) {
-      const std::size_t kc = std::min(B::kc, K - p0);
-      T* bp = bbuf.get(kc * nc_pad);
-      pack_b<T, NR>(g, g.b_batch[bi], p0, kc, j0, nc, bp, n_b);
-      T* ap = abuf.get(kc * mc_pad);
-      pack_a<T, MR>(g, g.a_batch[bi], i0, mc, p0, kc, ap, k_a);
-      const bool add = g.accumulate || p0 > 0;
-      for (std::size_t jr = 0; jr < nc; jr += NR) {
-        const std::size_t nw = std::min<std::size_t>(NR, nc - jr);
-        for (std::size_t ir = 0; ir < mc; ir += MR) {
-          const std::size_t mw = std::min<std::size_t>(MR, mc - ir);
-          Micro::run(kc, ap + ir * kc, bp + jr * kc, ctile);
-          for (std::size_t i = 0; i < mw; ++i) {
-            T* crow = g.c + g.c_batch[bi] + g.c_m[i0 + ir + i];
-            const T* src = ctile + i * NR;
-            if (n_c.uniform && n_c.stride == 1) {
-              T* dst = crow + (j0 + jr);
-              if (add)
-                for (std::size_t j = 0; j < nw; ++j) dst[j] += src[j];
-              else
-                std::memcpy(dst, src, nw * sizeof(T));
-            } else {
-              for (std::size_t j = 0; j < nw; ++j) {
-                T& dst = crow[g.c_n[j0 + jr + j]];
-                dst = add ? dst + src[j] : src[j];
+  }
+  return best;
+}
+
+/// Share `i` of `parts` of [0, n), boundaries on multiples of `unit`.
+inline std::pair<std::size_t, std::size_t> split_range(std::size_t n, std::size_t parts, std::size_t i,
+                                                       std::size_t unit) {
+  const std::size_t units = (n + unit - 1) / unit;
+  const std::size_t lo = units * i / parts * unit, hi = units * (i + 1) / parts * unit;
+  return {std::min(lo, n), std::min(hi, n)};
+}
+
+/// C = A B (or C += A B) over one thread's share of (batch, M, N), Goto's
+/// loop nest: jc (NC) -> pc (KC; pack B) -> ic (MC; pack A) -> ir (MR) ->
+/// jr (NR) -> micro-kernel. Each C element is summed over k in KC blocks in
+/// the same order whatever the share, so results do not depend on the
+/// thread count.
+template <class T, class Kernel>
+void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
+  constexpr int MR = Kernel::mr, NR = Kernel::nr;
+  using B = blocking<T>;
+  constexpr std::size_t MC = (B::mc + MR - 1) / MR * MR, NC = (B::nc + NR - 1) / NR * NR, KC = B::kc;
+  const std::size_t K = g.a_k.size();
+  const stride_info m_a = uniform_stride(g.a_m), k_a = uniform_stride(g.a_k);
+  const stride_info n_b = uniform_stride(g.b_n), k_b = uniform_stride(g.b_k);
+  const stride_info n_c = uniform_stride(g.c_n);
+  const bool c_rows_contiguous = n_c.uniform && n_c.stride == 1;
+  // Read A's rows in place (no packing) when each row is contiguous along K
+  // and the rows do not all fall in the same L1 sets (a row stride that is a
+  // multiple of 4 KiB would make MR rows compete for 8 ways).
+  const bool direct_a = k_a.uniform && k_a.stride == 1 && m_a.uniform && m_a.stride != 0 &&
+                        (static_cast<std::size_t>(m_a.stride < 0 ? -m_a.stride : m_a.stride) * sizeof(T)) % 4096 != 0;
+  thread_local aligned_buffer<T> abuf, bbuf;
+  T* const ap = abuf.get(MC * KC);
+  T* const bp = bbuf.get(NC * KC);
+  alignas(64) T ctile[MR * NR];
+  T* rows[MR];
+  for (std::size_t bi = r.b0; bi < r.b1; ++bi) {
+    T* const cb = g.c + g.c_batch[bi];
+    if (K == 0) {  // an empty sum: C = 0 (unchanged when accumulating)
+      if (!g.accumulate)
+        for (std::size_t i = r.m0; i < r.m1; ++i)
+          for (std::size_t j = r.n0; j < r.n1; ++j) cb[g.c_m[i] + g.c_n[j]] = T(0);
+      continue;
+    }
+    for (std::size_t j0 = r.n0; j0 < r.n1; j0 += NC) {
+      const std::size_t nc = std::min(NC, r.n1 - j0);
+      for (std::size_t p0 = 0; p0 < K; p0 += KC) {
+        const std::size_t kc = std::min(KC, K - p0);
+        const bool add = g.accumulate || p0 > 0;
+        pack_b<T, NR>(g, g.b_batch[bi], p0, kc, j0, nc, bp, n_b, k_b);
+        for (std::size_t i0 = r.m0; i0 < r.m1; i0 += MC) {
+          const std::size_t mc = std::min(MC, r.m1 - i0);
+          if (!direct_a) pack_a<T, MR>(g, g.a_batch[bi], i0, mc, p0, kc, ap, m_a, k_a);
+          for (std::size_t ir = 0; ir < mc; ir += MR) {
+            const std::size_t mw = std::min<std::size_t>(MR, mc - ir);
+            const T* a_panel = ap + ir * kc;
+            std::ptrdiff_t rs = 1, cs = MR;
+            if (direct_a && mw == MR) {
+              a_panel = g.a + g.a_batch[bi] + g.a_m[i0 + ir] + static_cast<std::ptrdiff_t>(p0);
+              rs = m_a.stride;
+              cs = 1;
+              if (ir + 2 * MR <= mc) {  // the next panel's rows, while this one computes
+                const T* next = a_panel + MR * rs;
+                for (int i = 0; i < MR; ++i)
+                  for (std::size_t p = 0; p < kc; p += 64 / sizeof(T)) __builtin_prefetch(next + i * rs + p, 0, 2);
+              }
+            } else if (direct_a) {  // the last rows: pack them (zero-padded)
+              pack_a<T, MR>(g, g.a_batch[bi], i0 + ir, mw, p0, kc, ap, m_a, k_a);
+              a_panel = ap;
+            }
+            for (std::size_t jr = 0; jr < nc; jr += NR) {
+              const std::size_t nw = std::min<std::size_t>(NR, nc - jr);
+              const T* const b_panel = bp + jr * kc;
+              if (c_rows_contiguous && mw == MR && nw == NR) {
+                for (int i = 0; i < MR; ++i) rows[i] = cb + g.c_m[i0 + ir + static_cast<std::size_t>(i)] + (j0 + jr);
+                Kernel::run(kc, a_panel, rs, cs, b_panel, rows, add);
+                continue;
+              }
+              // Edge or scattered tile: compute into ctile, then combine.
+              for (int i = 0; i < MR; ++i) rows[i] = ctile + i * NR;
+              Kernel::run(kc, a_panel, rs, cs, b_panel, rows, false);
+              for (std::size_t i = 0; i < mw; ++i) {
+                T* const crow = cb + g.c_m[i0 + ir + i];
+                const T* const src = ctile + i * NR;
+                for (std::size_t j = 0; j < nw; ++j) {
+                  T& dst = crow[g.c_n[j0 + jr + j]];
+                  dst = add ? dst + src[j] : src[j];
+                }
               }
             }
           }
         }
       }
     }
-  };
-  if (flops < (std::size_t{1} << 18) || tiles == 1) {
-    for (std::size_t t = 0; t < tiles; ++t) tile(t);
-  } else {
-    default_thread_pool().parallel_for(tiles, tile);
   }
+}
+
+template <class T, class Kernel>
+void gemm_driver(const gemm_problem<T>& g) {
+  const std::size_t M = g.a_m.size(), N = g.b_n.size(), K = g.a_k.size(), batches = g.a_batch.size();
+  if (M == 0 || N == 0 || batches == 0) return;
+  const std::size_t flops = 2 * M * N * std::max<std::size_t>(K, 1) * batches;
+  std::size_t threads = default_thread_pool().size();
+  // Below ~2^20 flops the wake-up of a worker costs more than it saves.
+  threads = std::min(threads, std::max<std::size_t>(1, flops >> 20));
+  if (threads <= 1) {
+    gemm_share<T, Kernel>(g, {0, batches, 0, M, 0, N});
+    return;
+  }
+  const auto grid = gemm_thread_grid(batches, M, N, threads, Kernel::mr, Kernel::nr);
+  default_thread_pool().parallel_for(threads, [&](std::size_t t) {
+    const std::size_t tb = t / (grid[1] * grid[2]), tm = (t / grid[2]) % grid[1], tn = t % grid[2];
+    const auto [b0, b1] = split_range(batches, grid[0], tb, 1);
+    const auto [m0, m1] = split_range(M, grid[1], tm, Kernel::mr);
+    const auto [n0, n1] = split_range(N, grid[2], tn, Kernel::nr);
+    if (b0 < b1 && m0 < m1 && n0 < n1) gemm_share<T, Kernel>(g, {b0, b1, m0, m1, n0, n1});
+  });
 }
 
 template <class T>
 struct gemm_by_arch {
   const gemm_problem<T>* g;
-  void operator()(xsimd::avx512bw) const {
-    gemm_driver<T, avx512_micro_t, 12, 128 / static_cast<int>(sizeof(T))>(*g);  // two zmm per row
-  }
-  void operator()(xsimd::fma3<xsimd::avx2>) const {
-    gemm_driver<T, avx2_micro_t, 6, 64 / static_cast<int>(sizeof(T))>(*g);  // two ymm per row
-  }
+  template <class Ops, void (*Micro)(std::size_t, const T*, std::ptrdiff_t, std::ptrdiff_t, const T*, T* const*, bool)>
+  struct kernel {
+    static constexpr int mr = Ops::rows, nr = 2 * Ops::template lanes<T>;
+    static void run(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c,
+                    bool add) {
+      Micro(kc, a, rs, cs, b, c, add);
+    }
+  };
+  void operator()(xsimd::avx512bw) const { gemm_driver<T, kernel<avx512_ops, &micro_avx512<T>>>(*g); }
+  void operator()(xsimd::fma3<xsimd::avx2>) const { gemm_driver<T, kernel<avx2_ops, &micro_avx2<T>>>(*g); }
   template <class Arch>
   void operator()(Arch) const {
-    gemm_driver<T, xsimd_micro<T>, xsimd_micro<T>::mr, xsimd_micro<T>::nr>(*g);
+    gemm_driver<T, kernel<xsimd_ops, &micro_xsimd<T>>>(*g);
   }
-  struct avx512_micro_t {
-    static void run(std::size_t kc, const T* a, const T* b, T* c) { micro_avx512(kc, a, b, c); }
-  };
-  struct avx2_micro_t {
-    static void run(std::size_t kc, const T* a, const T* b, T* c) { micro_avx2(kc, a, b, c); }
-  };
 };
 
 /// One single-operand einsum: C[m] (+)= sum_k A[m, k] (a reduction, a

@@ -1,0 +1,140 @@
+// The blocked GEMM path across its block and tile boundaries: shapes that
+// cross KC (384), MC (144), NC (1024), MR and NR edges, in each operand
+// layout the driver treats differently (A read in place, A packed because its
+// row stride is a multiple of 4 KiB, A with unit M stride, B transposed, C
+// transposed so tiles are scattered, batched), against a naive
+// double-precision loop, and bit-identical for 1, 2 and 3 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <vector>
+#include <xshard/core/thread_pool.hpp>
+#include <xshard/einsum/einsum.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xrandom.hpp>
+#include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
+
+namespace {
+
+/// C[b, i, j] = sum_k A(b, i, k) B(b, k, j) in double, through accessors.
+template <class FA, class FB>
+std::vector<double> naive(std::size_t nb, std::size_t m, std::size_t n, std::size_t k, FA a, FB b) {
+  std::vector<double> c(nb * m * n, 0.0);
+  for (std::size_t bi = 0; bi < nb; ++bi)
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t p = 0; p < k; ++p) {
+        const double av = a(bi, i, p);
+        for (std::size_t j = 0; j < n; ++j) c[(bi * m + i) * n + j] += av * b(bi, p, j);
+      }
+  return c;
+}
+
+/// Checks `got(b, i, j)` against the reference with a K-scaled tolerance.
+template <class G>
+void expect_close(const std::vector<double>& want, std::size_t nb, std::size_t m, std::size_t n, std::size_t k, G got,
+                  const std::string& what) {
+  const double tol = 2e-6 * static_cast<double>(k);
+  std::size_t bad = 0;
+  for (std::size_t bi = 0; bi < nb; ++bi)
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < n; ++j) {
+        const double w = want[(bi * m + i) * n + j], g = got(bi, i, j);
+        if (!(std::abs(w - g) <= tol * (1.0 + std::abs(w))) && bad++ < 5)
+          ADD_FAILURE() << what << " at (" << bi << "," << i << "," << j << "): " << g << " vs " << w;
+      }
+  EXPECT_EQ(bad, 0u) << what;
+}
+
+/// Runs f() with 1, 2 and 3 threads and checks the results are identical.
+template <class F>
+auto same_for_thread_counts(F f) {
+  const std::size_t before = xshard::num_threads();
+  xshard::set_num_threads(1);
+  auto first = f();
+  for (std::size_t t : {2, 3}) {
+    xshard::set_num_threads(t);
+    const auto again = f();
+    EXPECT_TRUE(again == first) << "result differs with " << t << " threads";
+  }
+  xshard::set_num_threads(before);
+  return first;
+}
+
+// Sizes: M crosses MC = 144 and ends in a partial MR tile; K crosses KC = 384
+// twice; N ends in a partial NR tile.
+constexpr std::size_t M = 151, N = 45, K = 800;
+
+TEST(EinsumBlocking, RowsReadInPlace) {  // A row stride 800 floats: read in place
+  xt::random::seed(1);
+  const xt::xtensor<float, 2> a = xt::random::randn<float>({M, K});
+  const xt::xtensor<float, 2> b = xt::random::randn<float>({K, N});
+  const auto c = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ik,kj->ij">(a, b)); });
+  const auto want = naive(
+      1, M, N, K, [&](std::size_t, std::size_t i, std::size_t p) { return double(a(i, p)); },
+      [&](std::size_t, std::size_t p, std::size_t j) { return double(b(p, j)); });
+  expect_close(
+      want, 1, M, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); }, "ik,kj");
+}
+
+TEST(EinsumBlocking, RowsPackedWhenStrideIsMultipleOf4KiB) {  // A is a column slice of a 1024-wide tensor
+  xt::random::seed(2);
+  const xt::xtensor<float, 2> base = xt::random::randn<float>({M, std::size_t{1024}});
+  const auto a = xt::view(base, xt::all(), xt::range(3, 3 + static_cast<long>(K)));
+  const xt::xtensor<float, 2> b = xt::random::randn<float>({K, N});
+  const auto c = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ik,kj->ij">(a, b)); });
+  const auto want = naive(
+      1, M, N, K, [&](std::size_t, std::size_t i, std::size_t p) { return double(a(i, p)); },
+      [&](std::size_t, std::size_t p, std::size_t j) { return double(b(p, j)); });
+  expect_close(
+      want, 1, M, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); },
+      "ik,kj on a 4 KiB row stride");
+}
+
+TEST(EinsumBlocking, TransposedOperandsAndOutput) {
+  xt::random::seed(3);
+  const xt::xtensor<float, 2> at = xt::random::randn<float>({K, M});  // A with unit M stride
+  const xt::xtensor<float, 2> bt = xt::random::randn<float>({N, K});  // B with unit K stride
+  const auto want = naive(
+      1, M, N, K, [&](std::size_t, std::size_t i, std::size_t p) { return double(at(p, i)); },
+      [&](std::size_t, std::size_t p, std::size_t j) { return double(bt(j, p)); });
+  const auto c1 = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ki,jk->ij">(at, bt)); });
+  expect_close(
+      want, 1, M, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c1(i, j)); }, "ki,jk");
+  // Output transposed: C's N label is not contiguous, tiles are scattered.
+  const auto c2 = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ki,jk->ji">(at, bt)); });
+  expect_close(
+      want, 1, M, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c2(j, i)); }, "ki,jk->ji");
+}
+
+TEST(EinsumBlocking, WideNCrossesNcAndBatchesSplit) {
+  xt::random::seed(4);
+  constexpr std::size_t B = 3, m = 29, n = 1061, k = 50;
+  const xt::xtensor<double, 3> a = xt::random::randn<double>({B, m, k});
+  const xt::xtensor<double, 3> b = xt::random::randn<double>({B, k, n});
+  const auto c = same_for_thread_counts([&] { return xt::xtensor<double, 3>(xshard::einsum<"bik,bkj->bij">(a, b)); });
+  const auto want = naive(
+      B, m, n, k, [&](std::size_t bi, std::size_t i, std::size_t p) { return a(bi, i, p); },
+      [&](std::size_t bi, std::size_t p, std::size_t j) { return b(bi, p, j); });
+  expect_close(
+      want, B, m, n, k, [&](std::size_t bi, std::size_t i, std::size_t j) { return c(bi, i, j); }, "bik,bkj (double)");
+}
+
+TEST(EinsumBlocking, IntoAccumulatesNothingFromTheOldOutput) {  // C = AB overwrites across KC blocks
+  xt::random::seed(5);
+  const xt::xtensor<float, 2> a = xt::random::randn<float>({M, K});
+  const xt::xtensor<float, 2> b = xt::random::randn<float>({K, N});
+  xt::xtensor<float, 2> c = xt::xtensor<float, 2>::from_shape({M, N});
+  c.fill(1e30f);
+  xshard::einsum_into<"ik,kj->ij">(c, a, b);
+  const auto want = naive(
+      1, M, N, K, [&](std::size_t, std::size_t i, std::size_t p) { return double(a(i, p)); },
+      [&](std::size_t, std::size_t p, std::size_t j) { return double(b(p, j)); });
+  expect_close(
+      want, 1, M, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); },
+      "einsum_into over a filled output");
+}
+
+}  // namespace
