@@ -18,6 +18,9 @@
 // (a label summed inside one operand is in K with stride 0 in the other;
 // size-1 broadcasting is stride 0; a diagonal sums the strides); three or
 // more follow plan_einsum's greedy pairwise order through dense intermediates.
+// The typed API on one or two small row-major operands of static shape
+// (xt::xtensor_fixed) runs einsum/fixed.hpp instead: the same groups planned
+// at compile time, loops with constant bounds, no allocation by einsum_into.
 #pragma once
 
 #include <algorithm>
@@ -37,6 +40,7 @@
 #include "../core/error.hpp"
 #include "../core/fixed_string.hpp"
 #include "../core/tensor_traits.hpp"
+#include "fixed.hpp"
 #include "kernel.hpp"
 #include "parse.hpp"
 #include "plan.hpp"
@@ -407,6 +411,73 @@ constexpr const einsum_plan* static_plan() {
   return nullptr;
 }
 
+// The fixed path (einsum/fixed.hpp): 1 or 2 operands, all static row-major
+// tensors of value type T (float or double), valid for the equation, and a
+// small contraction. Everything else, errors included, takes the general path.
+template <fixed_string Eq, class... E>
+constexpr fixed_plan fixed_plan_value() {
+  const std::array<std::span<const std::int64_t>, sizeof...(E)> shapes{
+      std::span<const std::int64_t>(static_extents<E>::value)...};
+  const einsum_binding b = static_binding<Eq, E...>().value;
+  return make_fixed_plan(b, einsum_label_extents(b, shapes).value, shapes);
+}
+template <fixed_string Eq, class... E>
+inline constexpr fixed_plan fixed_plan_v = fixed_plan_value<Eq, E...>();
+
+template <class E, class T>
+inline constexpr bool fixed_operand_v = static_row_major_v<E>&& std::is_same_v<value_t<E>, T>;
+
+template <fixed_string Eq, class T, class... E>
+consteval bool fixed_path() {
+  if constexpr (!(std::is_same_v<T, float> || std::is_same_v<T, double>) || sizeof...(E) > 2 ||
+                !(fixed_operand_v<E, T> && ...)) {
+    return false;
+  } else if constexpr (typed_output_rank<Eq, E...>() < 0 || !static_extents_diag<Eq, E...>().ok()) {
+    return false;
+  } else {
+    return fixed_plan_v<Eq, E...>.madds < fixed_max_madds;
+  }
+}
+
+/// The output shape of a fixed-path equation.
+template <fixed_string Eq, class... E>
+constexpr auto fixed_output_shape() {
+  constexpr std::int64_t rank = typed_output_rank<Eq, E...>();
+  const std::array<std::span<const std::int64_t>, sizeof...(E)> shapes{
+      std::span<const std::int64_t>(static_extents<E>::value)...};
+  const einsum_binding b = static_binding<Eq, E...>().value;
+  const einsum_extents ext = einsum_label_extents(b, shapes).value;
+  std::array<std::size_t, static_cast<std::size_t>(rank)> shape{};
+  for (std::size_t d = 0; d < shape.size(); ++d) shape[d] = static_cast<std::size_t>(ext.of[b.output_labels[d]]);
+  return shape;
+}
+
+/// einsum_into's output on the fixed path: static, row-major, of value type
+/// T and the equation's shape (a wrong shape keeps the general path's error).
+template <fixed_string Eq, class T, class Out, class... E>
+consteval bool fixed_output() {
+  if constexpr (!fixed_path<Eq, T, E...>() || !static_row_major_v<Out> || std::is_const_v<Out>) {
+    return false;
+  } else if constexpr (!std::is_same_v<value_t<Out>, T>) {
+    return false;
+  } else {
+    constexpr auto want = fixed_output_shape<Eq, E...>();
+    constexpr auto& got = static_extents<Out>::value;
+    if (want.size() != got.size()) return false;
+    for (std::size_t d = 0; d < want.size(); ++d)
+      if (static_cast<std::int64_t>(want[d]) != got[d]) return false;
+    return true;
+  }
+}
+
+/// Runs the fixed path into row-major C of the output's shape (allocates
+/// nothing). @pre fixed_path<Eq, T, E...>()
+template <fixed_string Eq, class T, class... E>
+void fixed_einsum(T* c, const E&... operands) {
+  const T* const data[] = {(operands.data() + operands.data_offset())..., nullptr};
+  run_fixed<T, fixed_plan_v<Eq, E...>>(data[0], data[1], c);
+}
+
 }  // namespace detail
 
 namespace detail {
@@ -430,16 +501,25 @@ auto einsum(const E0& first, const E&... rest) {
   using T = detail::value_t<E0>;
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "xshard::einsum supports float and double");
   constexpr std::int64_t rank = detail::typed_output_rank<Eq, E0, E...>();
-  constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
-  decltype(detail::make_result<T, rank>({})) out;
-  detail::einsum_run<T>(
-      eq, Eq.view(),
-      [&](const std::vector<std::size_t>& shape) {
-        out = detail::make_result<T, rank>(shape);
-        return detail::output_target<T>{out.data(), {out.strides().begin(), out.strides().end()}};
-      },
-      false, detail::static_plan<Eq, E0, E...>(), first, rest...);
-  return out;
+  using result = decltype(detail::make_result<T, rank>({}));
+  if constexpr (detail::fixed_path<Eq, T, E0, E...>() && result::static_layout == xt::layout_type::row_major) {
+    // Static shapes: plan made at compile time; only the result is allocated.
+    result out;
+    if constexpr (rank > 0) out = result::from_shape(detail::fixed_output_shape<Eq, E0, E...>());
+    detail::fixed_einsum<Eq>(out.data(), first, rest...);
+    return out;
+  } else {
+    constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
+    result out;
+    detail::einsum_run<T>(
+        eq, Eq.view(),
+        [&](const std::vector<std::size_t>& shape) {
+          out = detail::make_result<T, rank>(shape);
+          return detail::output_target<T>{out.data(), {out.strides().begin(), out.strides().end()}};
+        },
+        false, detail::static_plan<Eq, E0, E...>(), first, rest...);
+    return out;
+  }
 }
 
 /// einsum with subscripts read at run time (same parser and planner).
@@ -468,14 +548,24 @@ void einsum_into(Out& out, const E0& first, const E&... rest) {
   constexpr std::int64_t rank = detail::typed_output_rank<Eq, E0, E...>();
   static_assert(rank < 0 || tensor_rank_v<Out> < 0 || tensor_rank_v<Out> == rank,
                 "xshard::einsum_into: the output tensor's rank does not match the equation");
-  constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
-  detail::einsum_run<T>(
-      eq, Eq.view(),
-      [&](const std::vector<std::size_t>& shape) {
-        detail::check_output<T>(out, shape, Eq.view());
-        return detail::output_target<T>{out.data() + out.data_offset(), {out.strides().begin(), out.strides().end()}};
-      },
-      false, detail::static_plan<Eq, E0, E...>(), first, rest...);
+  if constexpr (detail::fixed_output<Eq, T, Out, E0, E...>()) {
+    // Static shapes: no allocation; the overlap check compares storage blocks.
+    T* const c = out.data() + out.data_offset();
+    constexpr std::int64_t c_size = detail::static_size<Out>();
+    if (detail::fixed_overlaps<T>(c, c_size, first.data() + first.data_offset(), detail::static_size<E0>()) ||
+        (detail::fixed_overlaps<T>(c, c_size, rest.data() + rest.data_offset(), detail::static_size<E>()) || ...))
+      throw error("xshard: einsum output overlaps an operand");
+    detail::fixed_einsum<Eq>(c, first, rest...);
+  } else {
+    constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
+    detail::einsum_run<T>(
+        eq, Eq.view(),
+        [&](const std::vector<std::size_t>& shape) {
+          detail::check_output<T>(out, shape, Eq.view());
+          return detail::output_target<T>{out.data() + out.data_offset(), {out.strides().begin(), out.strides().end()}};
+        },
+        false, detail::static_plan<Eq, E0, E...>(), first, rest...);
+  }
 }
 
 namespace detail {
