@@ -68,15 +68,20 @@ auto same_for_thread_counts(F f) {
 constexpr std::size_t M = 151, N = 45, K = 800;
 
 TEST(EinsumBlocking, RowsReadInPlace) {  // A row stride 800 floats: read in place
-  xt::random::seed(1);
-  const xt::xtensor<float, 2> a = xt::random::randn<float>({M, K});
-  const xt::xtensor<float, 2> b = xt::random::randn<float>({K, N});
-  const auto c = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ik,kj->ij">(a, b)); });
-  const auto want = naive(
-      1, M, N, K, [&](std::size_t, std::size_t i, std::size_t p) { return double(a(i, p)); },
-      [&](std::size_t, std::size_t p, std::size_t j) { return double(b(p, j)); });
-  expect_close(
-      want, 1, M, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); }, "ik,kj");
+  // The last rows of M: 7 (packed, a 9-row kernel), 6 and 3 (read in place by
+  // a 6- and a 3-row kernel), 0.
+  for (std::size_t m : {M, std::size_t{150}, std::size_t{147}, std::size_t{144}}) {
+    xt::random::seed(1);
+    const xt::xtensor<float, 2> a = xt::random::randn<float>({m, K});
+    const xt::xtensor<float, 2> b = xt::random::randn<float>({K, N});
+    const auto c = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ik,kj->ij">(a, b)); });
+    const auto want = naive(
+        1, m, N, K, [&](std::size_t, std::size_t i, std::size_t p) { return double(a(i, p)); },
+        [&](std::size_t, std::size_t p, std::size_t j) { return double(b(p, j)); });
+    expect_close(
+        want, 1, m, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); },
+        "ik,kj with M = " + std::to_string(m));
+  }
 }
 
 TEST(EinsumBlocking, RowsPackedWhenStrideIsMultipleOf4KiB) {  // A is a column slice of a 1024-wide tensor

@@ -186,11 +186,11 @@ struct xsimd_ops {
 // offsets, which keeps every address in a register. The C tile is
 // prefetched first so its lines arrive while the k loop runs.
 #define XSHARD_DEFINE_MICRO_KERNEL(NAME, TARGET, OPS)                                                              \
-  template <class T>                                                                                               \
+  template <class T, int MR>                                                                                       \
   TARGET void NAME(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c_rows, \
                    bool add) {                                                                                     \
     using V = decltype(OPS::zero(a));                                                                              \
-    constexpr int MR = OPS::rows, L = OPS::template lanes<T>, Q = MR / 3;                                          \
+    constexpr int L = OPS::template lanes<T>, Q = MR / 3;                                                          \
     static_assert(MR % 3 == 0);                                                                                    \
     for (int i = 0; i < MR; ++i) __builtin_prefetch(c_rows[i], 1, 3);                                              \
     V acc[MR][2];                                                                                                  \
@@ -345,28 +345,43 @@ void pack_b(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t p0, std::
   }
 }
 
+/// Whether A's rows are read in place (no packing): each row contiguous
+/// along K, and the rows not all in the same L1 sets (a row stride that is a
+/// multiple of 4 KiB would make MR rows compete for 8 ways).
+template <class T>
+bool reads_a_in_place(const stride_info& m_a, const stride_info& k_a) {
+  const std::size_t row = static_cast<std::size_t>(m_a.stride < 0 ? -m_a.stride : m_a.stride) * sizeof(T);
+  return k_a.uniform && k_a.stride == 1 && m_a.uniform && m_a.stride != 0 && row % 4096 != 0;
+}
+
 /// A rectangle of the (batch, M, N) index space: one thread's share.
 struct gemm_range {
   std::size_t b0, b1, m0, m1, n0, n1;
 };
 
 /// Splits (batches, M, N) over `threads` as a grid tb x tm x tn with
-/// tb * tm * tn == threads, choosing the grid whose largest share (rounded
-/// to whole micro-tiles) is smallest; ties prefer splitting batches, then N
-/// (M splits make every thread pack the same B). Deterministic.
-inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::size_t M, std::size_t N,
-                                                   std::size_t threads, std::size_t mr, std::size_t nr) {
+/// tb * tm * tn == threads, choosing the grid whose largest share costs
+/// least: its multiply-adds (M and N rounded up to whole micro-tiles) plus
+/// the elements it packs, weighted as `pack_cost` multiply-adds each (B once
+/// per KC block; A once per NC block unless A is read in place). Ties keep
+/// the first grid found, which splits batches before M before N.
+inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::size_t M, std::size_t N, std::size_t K,
+                                                   std::size_t threads, std::size_t mr, std::size_t nr, std::size_t nc,
+                                                   bool packs_a) {
+  constexpr double pack_cost = 16;
   auto ceil_div = [](std::size_t x, std::size_t y) { return (x + y - 1) / y; };
   std::array<std::size_t, 3> best{1, 1, 1};
   double best_cost = -1;
-  for (std::size_t tb = 1; tb <= threads; ++tb) {
+  for (std::size_t tb = threads; tb >= 1; --tb) {
     if (threads % tb) continue;
-    for (std::size_t tm = 1; tm <= threads / tb; ++tm) {
-      if ((threads / tb) % tm) continue;
-      const std::size_t tn = threads / tb / tm;
+    for (std::size_t tn = 1; tn <= threads / tb; ++tn) {
+      if ((threads / tb) % tn) continue;
+      const std::size_t tm = threads / tb / tn;
       const double mb = static_cast<double>(ceil_div(ceil_div(M, tm), mr) * mr);
       const double nb = static_cast<double>(ceil_div(ceil_div(N, tn), nr) * nr);
-      const double cost = static_cast<double>(ceil_div(batches, tb)) * mb * nb * (1.0 + 0.01 * static_cast<double>(tm));
+      const double k = static_cast<double>(K);
+      const double packed = k * nb + (packs_a ? k * mb * static_cast<double>(ceil_div(ceil_div(N, tn), nc)) : 0.0);
+      const double cost = static_cast<double>(ceil_div(batches, tb)) * (mb * nb * k + pack_cost * packed);
       if (best_cost < 0 || cost < best_cost) best_cost = cost, best = {tb, tm, tn};
     }
   }
@@ -396,11 +411,7 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
   const stride_info n_b = uniform_stride(g.b_n), k_b = uniform_stride(g.b_k);
   const stride_info n_c = uniform_stride(g.c_n);
   const bool c_rows_contiguous = n_c.uniform && n_c.stride == 1;
-  // Read A's rows in place (no packing) when each row is contiguous along K
-  // and the rows do not all fall in the same L1 sets (a row stride that is a
-  // multiple of 4 KiB would make MR rows compete for 8 ways).
-  const bool direct_a = k_a.uniform && k_a.stride == 1 && m_a.uniform && m_a.stride != 0 &&
-                        (static_cast<std::size_t>(m_a.stride < 0 ? -m_a.stride : m_a.stride) * sizeof(T)) % 4096 != 0;
+  const bool direct_a = reads_a_in_place<T>(m_a, k_a);
   thread_local aligned_buffer<T> abuf, bbuf;
   T* const ap = abuf.get(MC * KC);
   T* const bp = bbuf.get(NC * KC);
@@ -425,9 +436,10 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
           if (!direct_a) pack_a<T, MR>(g, g.a_batch[bi], i0, mc, p0, kc, ap, m_a, k_a);
           for (std::size_t ir = 0; ir < mc; ir += MR) {
             const std::size_t mw = std::min<std::size_t>(MR, mc - ir);
+            const int rows_used = static_cast<int>((mw + 2) / 3 * 3);  // the kernel's rows: mw rounded up to 3
             const T* a_panel = ap + ir * kc;
             std::ptrdiff_t rs = 1, cs = MR;
-            if (direct_a && mw == MR) {
+            if (direct_a && static_cast<int>(mw) == rows_used) {
               a_panel = g.a + g.a_batch[bi] + g.a_m[i0 + ir] + static_cast<std::ptrdiff_t>(p0);
               rs = m_a.stride;
               cs = 1;
@@ -443,14 +455,15 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
             for (std::size_t jr = 0; jr < nc; jr += NR) {
               const std::size_t nw = std::min<std::size_t>(NR, nc - jr);
               const T* const b_panel = bp + jr * kc;
-              if (c_rows_contiguous && mw == MR && nw == NR) {
-                for (int i = 0; i < MR; ++i) rows[i] = cb + g.c_m[i0 + ir + static_cast<std::size_t>(i)] + (j0 + jr);
-                Kernel::run(kc, a_panel, rs, cs, b_panel, rows, add);
+              if (c_rows_contiguous && static_cast<int>(mw) == rows_used && nw == NR) {
+                for (int i = 0; i < rows_used; ++i)
+                  rows[i] = cb + g.c_m[i0 + ir + static_cast<std::size_t>(i)] + (j0 + jr);
+                Kernel::run(rows_used, kc, a_panel, rs, cs, b_panel, rows, add);
                 continue;
               }
               // Edge or scattered tile: compute into ctile, then combine.
-              for (int i = 0; i < MR; ++i) rows[i] = ctile + i * NR;
-              Kernel::run(kc, a_panel, rs, cs, b_panel, rows, false);
+              for (int i = 0; i < rows_used; ++i) rows[i] = ctile + i * NR;
+              Kernel::run(rows_used, kc, a_panel, rs, cs, b_panel, rows, false);
               for (std::size_t i = 0; i < mw; ++i) {
                 T* const crow = cb + g.c_m[i0 + ir + i];
                 const T* const src = ctile + i * NR;
@@ -479,7 +492,9 @@ void gemm_driver(const gemm_problem<T>& g) {
     gemm_share<T, Kernel>(g, {0, batches, 0, M, 0, N});
     return;
   }
-  const auto grid = gemm_thread_grid(batches, M, N, threads, Kernel::mr, Kernel::nr);
+  const stride_info m_a = uniform_stride(g.a_m), k_a = uniform_stride(g.a_k);
+  const auto grid = gemm_thread_grid(batches, M, N, K, threads, Kernel::mr, Kernel::nr, blocking<T>::nc,
+                                     !reads_a_in_place<T>(m_a, k_a));
   default_thread_pool().parallel_for(threads, [&](std::size_t t) {
     const std::size_t tb = t / (grid[1] * grid[2]), tm = (t / grid[2]) % grid[1], tn = t % grid[2];
     const auto [b0, b1] = split_range(batches, grid[0], tb, 1);
@@ -492,19 +507,48 @@ void gemm_driver(const gemm_problem<T>& g) {
 template <class T>
 struct gemm_by_arch {
   const gemm_problem<T>* g;
-  template <class Ops, void (*Micro)(std::size_t, const T*, std::ptrdiff_t, std::ptrdiff_t, const T*, T* const*, bool)>
+  /// The ISA's kernel at MR = Ops::rows, and at fewer rows (multiples of 3)
+  /// for the last rows of M.
+  template <class Ops, template <class, int> class Micro>
   struct kernel {
     static constexpr int mr = Ops::rows, nr = 2 * Ops::template lanes<T>;
-    static void run(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c,
+    static void run(int rows, std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c,
                     bool add) {
-      Micro(kc, a, rs, cs, b, c, add);
+      if constexpr (mr > 9)
+        if (rows > 9) return Micro<T, mr>::run(kc, a, rs, cs, b, c, add);
+      if constexpr (mr > 6)
+        if (rows > 6) return Micro<T, 9>::run(kc, a, rs, cs, b, c, add);
+      if constexpr (mr > 3)
+        if (rows > 3) return Micro<T, 6>::run(kc, a, rs, cs, b, c, add);
+      Micro<T, 3>::run(kc, a, rs, cs, b, c, add);
     }
   };
-  void operator()(xsimd::avx512bw) const { gemm_driver<T, kernel<avx512_ops, &micro_avx512<T>>>(*g); }
-  void operator()(xsimd::fma3<xsimd::avx2>) const { gemm_driver<T, kernel<avx2_ops, &micro_avx2<T>>>(*g); }
+  template <class U, int R>
+  struct avx512_micro {
+    static void run(std::size_t kc, const U* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const U* b, U* const* c,
+                    bool add) {
+      micro_avx512<U, R>(kc, a, rs, cs, b, c, add);
+    }
+  };
+  template <class U, int R>
+  struct avx2_micro {
+    static void run(std::size_t kc, const U* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const U* b, U* const* c,
+                    bool add) {
+      micro_avx2<U, R>(kc, a, rs, cs, b, c, add);
+    }
+  };
+  template <class U, int R>
+  struct xsimd_micro {
+    static void run(std::size_t kc, const U* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const U* b, U* const* c,
+                    bool add) {
+      micro_xsimd<U, R>(kc, a, rs, cs, b, c, add);
+    }
+  };
+  void operator()(xsimd::avx512bw) const { gemm_driver<T, kernel<avx512_ops, avx512_micro>>(*g); }
+  void operator()(xsimd::fma3<xsimd::avx2>) const { gemm_driver<T, kernel<avx2_ops, avx2_micro>>(*g); }
   template <class Arch>
   void operator()(Arch) const {
-    gemm_driver<T, kernel<xsimd_ops, &micro_xsimd<T>>>(*g);
+    gemm_driver<T, kernel<xsimd_ops, xsimd_micro>>(*g);
   }
 };
 
