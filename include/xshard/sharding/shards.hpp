@@ -37,6 +37,14 @@ struct shard_slice {
 
 using tensor_shape = static_vector<std::int64_t, max_spec_rank>;
 
+/// Tile j of `tiles` along a dim of extent n: [min(j s, n), min((j + 1) s, n))
+/// with s = ceil(n / tiles) (torch_xla's rule: the last tiles may be short
+/// or empty).
+constexpr shard_slice tile_slice(std::int64_t n, std::int64_t tiles, std::int64_t j) {
+  const std::int64_t s = tiles > 0 ? (n + tiles - 1) / tiles : n;
+  return {std::min(j * s, n), std::min((j + 1) * s, n)};
+}
+
 struct shard {
   int device = 0;
   std::int64_t replica = 0;
@@ -133,8 +141,7 @@ constexpr checked<shard_layout> shard_slices(const xla_sharding& s, std::span<co
     shard r{s.devices[i], s.last_tile_dim_replicate ? idx[dims - 1] : 0, 0, {}};
     for (std::size_t d = 0; d < rank; ++d) {
       r.tile = r.tile * s.tile_dims[d] + idx[d];
-      const std::int64_t n = L.shape[d], w = L.shard_shape[d];
-      r.slices.push_back({std::min(idx[d] * w, n), std::min((idx[d] + 1) * w, n)});
+      r.slices.push_back(tile_slice(L.shape[d], s.tile_dims[d], idx[d]));
     }
     L.shards.push_back(r);
     for (std::size_t d = dims; d-- > 0;) {  // next tile, row-major
