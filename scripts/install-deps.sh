@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs xshard's build and test dependencies on Debian 12 (run as root).
 # Idempotent: when every package is already installed it does nothing, so
-# reruns are fast. Nothing is downloaded besides Debian packages.
+# reruns are fast. Nothing is downloaded besides Debian packages. Open MPI is
+# for the MPI backend (xshard::mpi) and its tests; without it they are skipped.
 #
 # XSHARD_BENCH_DEPS=1 also installs the optional benchmark peers (bench/ only;
 # the tests never need them): OpenBLAS and Eigen for bench/einsum, numpy,
@@ -12,6 +13,7 @@ packages=(
   g++ cmake ninja-build clang-14 clang-format
   xtensor-dev libxsimd-dev xtl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
   ca-certificates python3
 )
 if [ "${XSHARD_BENCH_DEPS:-0}" = "1" ]; then

@@ -26,3 +26,8 @@
 #include "sharding/shards.hpp"
 #include "sharding/spec.hpp"
 #include "sharding/visualize.hpp"
+#include "spmd/collectives.hpp"
+#include "spmd/thread_mesh.hpp"
+#if defined(XSHARD_WITH_MPI)  // set by the CMake target xshard::mpi
+#include "spmd/mpi_mesh.hpp"
+#endif

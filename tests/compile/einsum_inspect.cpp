@@ -207,7 +207,7 @@ namespace static_plan_check {
 using A = xt::xtensor_fixed<float, xt::xshape<2, 100>>;
 using B = xt::xtensor_fixed<float, xt::xshape<100, 3>>;
 using C = xt::xtensor_fixed<float, xt::xshape<3, 50>>;
-constexpr const xshard::einsum_plan* plan = xshard::detail::static_plan<"ij,jk,kl->il", A, B, C>();
+constexpr const xshard::contraction_order* plan = xshard::detail::static_plan<"ij,jk,kl->il", A, B, C>();
 static_assert(plan->steps.size() == 2);
 static_assert(plan->steps[0].lhs == 0 && plan->steps[0].rhs == 1 && plan->steps[0].cost == 600);
 static_assert(plan->total_cost == 600 + 2 * 3 * 50);

@@ -7,6 +7,7 @@
 // changes the result of a task that writes its own output.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -167,5 +168,30 @@ inline void set_num_threads(std::size_t n) {
 
 /// Threads in the process-wide pool.
 inline std::size_t num_threads() { return default_thread_pool().size(); }
+
+namespace detail {
+inline thread_local std::size_t thread_limit = 0;  // 0: no limit
+}
+
+/// Caps the threads library calls made on this thread may use, for the
+/// scope's lifetime (thread_mesh's devices run their kernels on their own
+/// thread: a device is one worker, like an accelerator).
+class scoped_thread_limit {
+ public:
+  explicit scoped_thread_limit(std::size_t n) : saved_(detail::thread_limit) { detail::thread_limit = n; }
+  scoped_thread_limit(const scoped_thread_limit&) = delete;
+  scoped_thread_limit& operator=(const scoped_thread_limit&) = delete;
+  ~scoped_thread_limit() { detail::thread_limit = saved_; }
+
+ private:
+  std::size_t saved_;
+};
+
+/// Threads a library call made on this thread may use: the pool's size,
+/// or less under a scoped_thread_limit.
+inline std::size_t usable_threads() {
+  const std::size_t pool = default_thread_pool().size();
+  return detail::thread_limit ? std::min(detail::thread_limit, pool) : pool;
+}
 
 }  // namespace xshard

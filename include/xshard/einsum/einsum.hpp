@@ -197,13 +197,13 @@ inline std::vector<std::ptrdiff_t> row_major_strides(std::span<const std::int64_
 template <class T>
 void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, std::vector<strided_operand<T>> ops, T* c,
                     std::span<const std::ptrdiff_t> c_strides, bool accumulate,
-                    const einsum_plan* static_plan = nullptr) {
+                    const contraction_order* static_plan = nullptr) {
   std::span<const int> c_labels(bind.output_labels.begin(), bind.output_labels.end());
   if (ops.size() == 1) {
     reduce_single(ops[0], c, c_labels, c_strides, ext, accumulate);
     return;
   }
-  const einsum_plan plan = static_plan ? *static_plan : plan_einsum(bind, ext);  // compile-time plan if given
+  const contraction_order plan = static_plan ? *static_plan : plan_einsum(bind, ext);  // compile-time plan if given
   std::vector<std::vector<T>> temps;
   temps.reserve(plan.steps.size());
   for (std::size_t s = 0; s < plan.steps.size(); ++s) {
@@ -315,7 +315,7 @@ struct output_target {
 
 template <class T, class Alloc, class... E>
 void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate,
-                const einsum_plan* plan, const E&... operands);
+                const contraction_order* plan, const E&... operands);
 
 }  // namespace detail
 
@@ -393,17 +393,17 @@ consteval std::int64_t typed_output_rank() {
 /// The contraction order for 3+ operands whose extents are all static,
 /// planned at compile time (nullptr otherwise: planned at run time).
 template <fixed_string Eq, class... E>
-constexpr einsum_plan static_plan_value() {
+constexpr contraction_order static_plan_value() {
   const std::array<std::span<const std::int64_t>, sizeof...(E)> shapes{
       std::span<const std::int64_t>(static_extents<E>::value)...};
   const einsum_binding b = static_binding<Eq, E...>().value;
   return plan_einsum(b, einsum_label_extents(b, shapes).value);
 }
 template <fixed_string Eq, class... E>
-inline constexpr einsum_plan static_plan_v = static_plan_value<Eq, E...>();
+inline constexpr contraction_order static_plan_v = static_plan_value<Eq, E...>();
 
 template <fixed_string Eq, class... E>
-constexpr const einsum_plan* static_plan() {
+constexpr const contraction_order* static_plan() {
   if constexpr (sizeof...(E) >= 3 && (static_extents<E>::known && ...)) {
     if constexpr (typed_output_rank<Eq, E...>() >= 0 && static_extents_diag<Eq, E...>().ok())
       return &static_plan_v<Eq, E...>;
@@ -572,7 +572,7 @@ namespace detail {
 
 template <class T, class Alloc, class... E>
 void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate,
-                const einsum_plan* plan, const E&... operands) {
+                const contraction_order* plan, const E&... operands) {
   std::array<std::optional<xt::xarray<T>>, sizeof...(E)> keep;
   std::vector<strided_operand<T>> ops;
   std::size_t i = 0;

@@ -485,7 +485,7 @@ void gemm_driver(const gemm_problem<T>& g) {
   const std::size_t M = g.a_m.size(), N = g.b_n.size(), K = g.a_k.size(), batches = g.a_batch.size();
   if (M == 0 || N == 0 || batches == 0) return;
   const std::size_t flops = 2 * M * N * std::max<std::size_t>(K, 1) * batches;
-  std::size_t threads = default_thread_pool().size();
+  std::size_t threads = usable_threads();
   // Below ~2^20 flops the wake-up of a worker costs more than it saves.
   threads = std::min(threads, std::max<std::size_t>(1, flops >> 20));
   if (threads <= 1) {
@@ -613,7 +613,7 @@ void run_reduce(const reduce_problem<T>& r) {
     }
   };
   const std::size_t work = M * std::max<std::size_t>(K, 1);
-  const std::size_t threads = default_thread_pool().size();
+  const std::size_t threads = usable_threads();
   if (work < (std::size_t{1} << 16) || threads == 1 || M < 2) {
     rows(0, M);
     return;

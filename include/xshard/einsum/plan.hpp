@@ -23,7 +23,7 @@ struct einsum_step {
   std::int64_t cost = 0;  ///< multiply-adds
 };
 
-struct einsum_plan {
+struct contraction_order {
   static_vector<einsum_step, max_einsum_operands> steps{};
   std::int64_t total_cost = 0;
 };
@@ -41,8 +41,8 @@ constexpr void add_unique(label_set& s, int id) {
 
 /// Plans pairwise contractions for 2+ operands. After step s the two
 /// contracted operands are removed and the intermediate is appended.
-constexpr einsum_plan plan_einsum(const einsum_binding& b, const einsum_extents& ext) {
-  einsum_plan plan;
+constexpr contraction_order plan_einsum(const einsum_binding& b, const einsum_extents& ext) {
+  contraction_order plan;
   static_vector<label_set, max_einsum_operands> ops;
   for (const auto& labels : b.operand_labels) {
     label_set s;

@@ -1,0 +1,451 @@
+// xshard/spmd/sharded.hpp - tensors that live as shards on the devices of a
+// mesh, inside an SPMD body (the function a thread_mesh or mpi_mesh runs
+// once per device):
+//
+//   xshard::thread_mesh<M> devices;
+//   devices.run([&](auto& dev) {
+//     auto x = xshard::distribute<xshard::spec<"data, None">>(dev, global_x);  // no traffic
+//     auto y = xshard::redistribute<xshard::spec<"None, model">>(x);          // one all-to-all
+//     xt::xtensor<float, 2> back = xshard::gather(y);                          // all-gather
+//   });
+//
+// `sharded<T, R, M, S, Partial>` carries its mesh and spec in its type, and
+// the mesh axes over which it is a partial sum (Partial, a bitmask: what a
+// contraction over a sharded dim leaves). Its `local()` is this device's
+// block (uneven shapes exactly as the sharding engine's shard slices; the
+// last blocks may be short or empty); `global_shape()` the whole tensor's.
+// It refers to the device it lives on (type-erased: the same type for every
+// backend), so collectives need no device argument.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+#include <xtensor/xtensor.hpp>
+
+#include "../core/diagnostics.hpp"
+#include "../core/error.hpp"
+#include "../mesh/mesh.hpp"
+#include "../sharding/spec.hpp"
+#include "../sharding/visualize.hpp"
+#include "collectives.hpp"
+#include "layout.hpp"
+
+namespace xshard {
+
+/// A device's collectives on element type T, type-erased.
+template <class T>
+struct device_ref {
+  void* device = nullptr;
+  std::int64_t position = 0;
+  int id = 0;
+  void (*all_reduce)(void*, std::span<T>, reduce_op, axis_set) = nullptr;
+  void (*all_gather)(void*, std::span<const T>, std::span<T>, axis_set) = nullptr;
+  void (*reduce_scatter)(void*, std::span<const T>, std::span<T>, reduce_op, axis_set) = nullptr;
+  void (*all_to_all)(void*, std::span<const T>, std::span<T>, axis_set) = nullptr;
+};
+
+template <class T, class Device>
+device_ref<T> make_device_ref(Device& d) {
+  device_ref<T> r;
+  r.device = &d;
+  r.position = d.position();
+  r.id = d.id();
+  r.all_reduce = [](void* p, std::span<T> x, reduce_op op, axis_set a) {
+    static_cast<Device*>(p)->all_reduce(x, op, a);
+  };
+  r.all_gather = [](void* p, std::span<const T> in, std::span<T> out, axis_set a) {
+    static_cast<Device*>(p)->all_gather(in, out, a);
+  };
+  r.reduce_scatter = [](void* p, std::span<const T> in, std::span<T> out, reduce_op op, axis_set a) {
+    static_cast<Device*>(p)->reduce_scatter(in, out, op, a);
+  };
+  r.all_to_all = [](void* p, std::span<const T> in, std::span<T> out, axis_set a) {
+    static_cast<Device*>(p)->all_to_all(in, out, a);
+  };
+  return r;
+}
+
+namespace detail {
+
+/// A mesh's shape as a static_vector (axis sizes).
+template <Mesh M>
+constexpr mesh_shape_t mesh_shape_of() {
+  return M::mesh_shape();
+}
+
+/// The spec S resolved against mesh M; a compile error names the offender.
+template <Mesh M, Spec S>
+inline constexpr checked<resolved_spec> resolved_v = resolve_spec(S::value, M::axes);
+
+template <Mesh M, Spec S>
+consteval resolved_spec typed_resolved() {
+  static_assert(raise<resolved_v<M, S>.diag>());
+  return resolved_v<M, S>.value;
+}
+
+template <Spec S, std::size_t R>
+consteval bool spec_rank_matches() {
+  constexpr diagnostic d = [] {
+    diagnostic x;
+    if (S::rank() != R) {
+      x.code = errc::spec_rank_mismatch;
+      x.a = static_cast<std::int64_t>(S::rank());
+      x.b = static_cast<std::int64_t>(R);
+    }
+    return x;
+  }();
+  static_assert(raise<d>());
+  return d.ok();
+}
+
+using box = static_vector<std::int64_t, max_spec_rank>;
+
+/// Copies the box of `extent` at `src_off` in a row-major tensor of
+/// `src_shape` to `dst_off` in one of `dst_shape` (same rank).
+template <class T>
+void copy_box(const T* src, std::span<const std::int64_t> src_shape, const box& src_off, T* dst,
+              std::span<const std::int64_t> dst_shape, const box& dst_off, const box& extent) {
+  const std::size_t r = extent.size();
+  for (std::int64_t e : extent)
+    if (e <= 0) return;
+  if (r == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  std::int64_t ss[max_spec_rank], ds[max_spec_rank], idx[max_spec_rank]{};
+  ss[r - 1] = ds[r - 1] = 1;
+  for (std::size_t d = r - 1; d > 0; --d) {
+    ss[d - 1] = ss[d] * src_shape[d];
+    ds[d - 1] = ds[d] * dst_shape[d];
+  }
+  std::int64_t so = 0, dof = 0;
+  for (std::size_t d = 0; d < r; ++d) {
+    so += src_off[d] * ss[d];
+    dof += dst_off[d] * ds[d];
+  }
+  const std::int64_t row = extent[r - 1];
+  while (true) {
+    std::int64_t s = so, t = dof;
+    for (std::size_t d = 0; d + 1 < r; ++d) {
+      s += idx[d] * ss[d];
+      t += idx[d] * ds[d];
+    }
+    std::copy(src + s, src + s + row, dst + t);
+    std::size_t d = r - 1;
+    while (d-- > 0) {
+      if (++idx[d] < extent[d]) break;
+      idx[d] = 0;
+    }
+    if (d == static_cast<std::size_t>(-1)) return;
+  }
+}
+
+}  // namespace detail
+
+/// A tensor sharded over mesh M by spec S (rank R), partial over the mesh
+/// axes in Partial. Lives inside an SPMD body.
+template <class T, std::size_t R, Mesh M, Spec S, axis_set Partial = 0>
+class sharded {
+  static_assert(detail::spec_rank_matches<S, R>());
+
+ public:
+  using value_type = T;
+  using mesh_type = M;
+  using spec_type = S;
+  static constexpr std::size_t rank = R;
+  static constexpr axis_set partial_axes = Partial;
+  static constexpr resolved_spec resolved = detail::typed_resolved<M, S>();
+  static constexpr sharded_layout layout = {resolved, Partial};
+  static constexpr mesh_shape_t mesh_shape = M::mesh_shape();
+
+  sharded(device_ref<T> dev, std::array<std::int64_t, R> global_shape, xt::xtensor<T, R> local)
+      : dev_(dev), global_(global_shape), local_(std::move(local)) {
+    const auto sl = slices();
+    for (std::size_t d = 0; d < R; ++d)
+      if (static_cast<std::int64_t>(local_.shape()[d]) != sl[d].size())
+        throw error("xshard: a shard of dim " + std::to_string(d) + " has extent " + std::to_string(local_.shape()[d]) +
+                    " but device " + std::to_string(dev_.id) + " holds " + std::to_string(sl[d].size()) + " of " +
+                    std::to_string(global_[d]));
+  }
+
+  /// This device's block.
+  const xt::xtensor<T, R>& local() const { return local_; }
+  xt::xtensor<T, R>& local() { return local_; }
+  const std::array<std::int64_t, R>& global_shape() const { return global_; }
+  const device_ref<T>& device() const { return dev_; }
+  /// Where this device's block sits in the global tensor.
+  static_vector<shard_slice, max_spec_rank> slices() const {
+    return local_slices(mesh_shape, resolved, global_, dev_.position);
+  }
+
+ private:
+  device_ref<T> dev_;
+  std::array<std::int64_t, R> global_;
+  xt::xtensor<T, R> local_;
+};
+
+template <class X>
+inline constexpr bool is_sharded_v = false;
+template <class T, std::size_t R, Mesh M, Spec S, axis_set P>
+inline constexpr bool is_sharded_v<sharded<T, R, M, S, P>> = true;
+template <class X>
+concept Sharded = is_sharded_v<std::remove_cvref_t<X>>;
+
+namespace detail {
+
+template <class T, std::size_t R>
+std::array<std::int64_t, R> shape_of(const xt::xtensor<T, R>& t) {
+  std::array<std::int64_t, R> s{};
+  for (std::size_t d = 0; d < R; ++d) s[d] = static_cast<std::int64_t>(t.shape()[d]);
+  return s;
+}
+
+template <class T, std::size_t R, std::size_t N>
+xt::xtensor<T, R> new_block(const static_vector<std::int64_t, N>& shape) {
+  std::array<std::size_t, R> s{};
+  for (std::size_t d = 0; d < R; ++d) s[d] = static_cast<std::size_t>(shape[d]);
+  xt::xtensor<T, R> t(s);
+  return t;
+}
+
+/// Local block of `global` (row-major, shape `shape`) for `slices`.
+template <class T, std::size_t R>
+xt::xtensor<T, R> cut_block(const T* global, std::span<const std::int64_t> shape,
+                            const static_vector<shard_slice, max_spec_rank>& slices) {
+  box off, ext;
+  for (std::size_t d = 0; d < R; ++d) {
+    off.push_back(slices[d].start);
+    ext.push_back(slices[d].size());
+  }
+  xt::xtensor<T, R> t = new_block<T, R>(ext);
+  box zero;
+  for (std::size_t d = 0; d < R; ++d) zero.push_back(0);
+  detail::copy_box(global, shape, off, t.data(), std::span<const std::int64_t>(ext.begin(), ext.end()), zero, ext);
+  return t;
+}
+
+/// Runs one redistribution step on this device's block (see layout.hpp).
+/// `block` has the extents of `s.before` for this device; returns the block
+/// of the layout after the step.
+template <class T, std::size_t R>
+xt::xtensor<T, R> run_step(const device_ref<T>& dev, const redist_step& s, std::span<const std::int64_t> mesh,
+                           std::span<const std::int64_t> shape, const resolved_spec& after, xt::xtensor<T, R> block) {
+  const std::int64_t pos = dev.position;
+  const auto before_sl = local_slices(mesh, s.before.spec, shape, pos);
+  const auto after_sl = local_slices(mesh, after, shape, pos);
+  box bshape, zero, ashape;
+  for (std::size_t d = 0; d < R; ++d) {
+    bshape.push_back(before_sl[d].size());
+    ashape.push_back(after_sl[d].size());
+    zero.push_back(0);
+  }
+  const std::span<const std::int64_t> bspan(bshape.begin(), bshape.end()), aspan(ashape.begin(), ashape.end());
+  const std::int64_t G = group_size(mesh, s.axes);
+  xt::xtensor<T, R> out = new_block<T, R>(ashape);
+  switch (s.kind) {
+    case step_kind::slice: {
+      box off;
+      for (std::size_t d = 0; d < R; ++d) off.push_back(after_sl[d].start - before_sl[d].start);
+      copy_box(block.data(), bspan, off, out.data(), aspan, zero, ashape);
+      return out;
+    }
+    case step_kind::all_reduce: {
+      const tensor_shape padded = padded_shard_shape(mesh, s.before.spec, shape);
+      box pshape;
+      for (std::int64_t e : padded) pshape.push_back(e);
+      std::vector<T> buf(static_cast<std::size_t>(step_input_elements(s, mesh, shape)), T(0));
+      copy_box(block.data(), bspan, zero, buf.data(), std::span<const std::int64_t>(pshape.begin(), pshape.end()), zero,
+               bshape);
+      dev.all_reduce(dev.device, std::span<T>(buf), reduce_op::sum, s.axes);
+      copy_box(buf.data(), std::span<const std::int64_t>(pshape.begin(), pshape.end()), zero, out.data(), aspan, zero,
+               ashape);
+      return out;
+    }
+    case step_kind::all_gather: {
+      // Send the padded block; place each member's piece along dim s.dim.
+      const tensor_shape padded = padded_shard_shape(mesh, s.before.spec, shape);
+      box pshape;
+      for (std::int64_t e : padded) pshape.push_back(e);
+      const std::span<const std::int64_t> pspan(pshape.begin(), pshape.end());
+      const std::int64_t piece = step_input_elements(s, mesh, shape);
+      std::vector<T> send(static_cast<std::size_t>(piece), T(0)), recv(static_cast<std::size_t>(piece * G));
+      copy_box(block.data(), bspan, zero, send.data(), pspan, zero, bshape);
+      dev.all_gather(dev.device, std::span<const T>(send), std::span<T>(recv), s.axes);
+      for (std::int64_t r = 0; r < G; ++r) {
+        const std::int64_t member = group_member(mesh, s.axes, pos, r);
+        const auto msl = local_slices(mesh, s.before.spec, shape, member);
+        box ext, dst;
+        for (std::size_t d = 0; d < R; ++d) {
+          ext.push_back(msl[d].size());
+          dst.push_back(msl[d].start - after_sl[d].start);
+        }
+        copy_box(recv.data() + r * piece, pspan, zero, out.data(), aspan, dst, ext);
+      }
+      return out;
+    }
+    case step_kind::reduce_scatter:
+    case step_kind::all_to_all: {
+      // Cut the block along the scattered dim into G tiles (padded), one
+      // chunk per member; an all-to-all places what comes back along s.dim.
+      const std::size_t cut = static_cast<std::size_t>(s.kind == step_kind::reduce_scatter ? s.dim : s.dim2);
+      const tensor_shape padded = padded_shard_shape(mesh, s.before.spec, shape);
+      box cshape;
+      for (std::size_t d = 0; d < R; ++d) cshape.push_back(d == cut ? (shape[d] + G - 1) / G : padded[d]);
+      const std::span<const std::int64_t> cspan(cshape.begin(), cshape.end());
+      const std::int64_t chunk = step_input_elements(s, mesh, shape) / G;
+      std::vector<T> send(static_cast<std::size_t>(chunk * G), T(0));
+      for (std::int64_t j = 0; j < G; ++j) {
+        const shard_slice t = tile_slice(shape[cut], G, j);
+        box off, ext;
+        for (std::size_t d = 0; d < R; ++d) {
+          off.push_back(d == cut ? t.start - before_sl[d].start : 0);
+          ext.push_back(d == cut ? t.size() : bshape[d]);
+        }
+        copy_box(block.data(), bspan, off, send.data() + j * chunk, cspan, zero, ext);
+      }
+      if (s.kind == step_kind::reduce_scatter) {
+        std::vector<T> recv(static_cast<std::size_t>(chunk));
+        dev.reduce_scatter(dev.device, std::span<const T>(send), std::span<T>(recv), reduce_op::sum, s.axes);
+        copy_box(recv.data(), cspan, zero, out.data(), aspan, zero, ashape);
+        return out;
+      }
+      std::vector<T> recv(static_cast<std::size_t>(chunk * G));
+      dev.all_to_all(dev.device, std::span<const T>(send), std::span<T>(recv), s.axes);
+      const std::size_t gathered = static_cast<std::size_t>(s.dim);
+      for (std::int64_t r = 0; r < G; ++r) {
+        const std::int64_t member = group_member(mesh, s.axes, pos, r);
+        const auto msl = local_slices(mesh, s.before.spec, shape, member);
+        box ext, dst;
+        for (std::size_t d = 0; d < R; ++d) {
+          ext.push_back(d == gathered ? msl[d].size() : ashape[d]);
+          dst.push_back(d == gathered ? msl[d].start - after_sl[d].start : 0);
+        }
+        copy_box(recv.data() + r * chunk, cspan, zero, out.data(), aspan, dst, ext);
+      }
+      return out;
+    }
+  }
+  return out;
+}
+
+/// Runs a whole plan; returns the block of plan.result.
+template <class T, std::size_t R>
+xt::xtensor<T, R> run_plan(const device_ref<T>& dev, const redist_plan& plan, std::span<const std::int64_t> mesh,
+                           std::span<const std::int64_t> shape, xt::xtensor<T, R> block) {
+  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+    const resolved_spec& after = i + 1 < plan.steps.size() ? plan.steps[i + 1].before.spec : plan.result.spec;
+    block = run_step<T, R>(dev, plan.steps[i], mesh, shape, after, std::move(block));
+  }
+  return block;
+}
+
+}  // namespace detail
+
+/// Places this device's block of `global` under spec S: a local slice, no
+/// communication (every device is handed the same global tensor).
+template <Spec S, class Device, class E>
+auto distribute(Device& dev, const E& global) {
+  using T = typename std::remove_cvref_t<E>::value_type;
+  constexpr std::size_t R = S::rank();
+  using M = typename Device::mesh_type;
+  const xt::xtensor<T, R> g = global;  // evaluates expressions; a rank mismatch fails to compile here
+  const auto shape = detail::shape_of(g);
+  using result = sharded<T, R, M, S>;
+  const auto sl = local_slices(result::mesh_shape, result::resolved, shape, dev.position());
+  return result(make_device_ref<T>(dev), shape, detail::cut_block<T, R>(g.data(), shape, sl));
+}
+
+/// Wraps blocks computed in a manual region: `local` must be this device's
+/// block of a tensor of `global_shape` under S (checked).
+template <Spec S, axis_set Partial = 0, class Device, class T, std::size_t R>
+auto from_local(Device& dev, std::array<std::int64_t, R> global_shape, xt::xtensor<T, R> local) {
+  return sharded<T, R, typename Device::mesh_type, S, Partial>(make_device_ref<T>(dev), global_shape, std::move(local));
+}
+
+/// A manual region (torch_xla's enable/disable_manual_sharding, JAX's
+/// shard_map): `body(blocks...)` sees this device's blocks of `xs` (and may
+/// call the device's collectives itself) and returns this device's block of
+/// a tensor of `global_shape` laid out by spec Out, partial over Partial;
+/// the block's extents are checked against the layout.
+template <Spec Out, axis_set Partial = 0, std::size_t R, class F, Sharded X0, Sharded... X>
+auto manual(std::array<std::int64_t, R> global_shape, F&& body, const X0& x0, const X&... xs) {
+  using T = typename X0::value_type;
+  static_assert((std::is_same_v<typename X::mesh_type, typename X0::mesh_type> && ...),
+                "xshard::manual: the operands must live on the same mesh");
+  xt::xtensor<T, R> block = body(x0.local(), xs.local()...);
+  return sharded<T, R, typename X0::mesh_type, Out, Partial>(x0.device(), global_shape, std::move(block));
+}
+
+/// The redistribution plan from X's layout to spec S2 (constexpr).
+template <Sharded X, Spec S2>
+constexpr redist_plan redistribute_plan() {
+  using D = std::remove_cvref_t<X>;
+  static_assert(detail::spec_rank_matches<S2, D::rank>());
+  return plan_redistribute(D::layout, detail::typed_resolved<typename D::mesh_type, S2>(), D::mesh_shape);
+}
+
+/// x under spec S2 (no longer partial): the cheapest plan of the rule table
+/// (layout.hpp).
+template <Spec S2, Sharded X>
+auto redistribute(const X& x) {
+  using D = std::remove_cvref_t<X>;
+  using T = typename D::value_type;
+  constexpr redist_plan plan = redistribute_plan<D, S2>();
+  const auto& shape = x.global_shape();
+  xt::xtensor<T, D::rank> block = detail::run_plan<T, D::rank>(x.device(), plan, D::mesh_shape, shape, x.local());
+  return sharded<T, D::rank, typename D::mesh_type, S2>(x.device(), shape, std::move(block));
+}
+
+/// A sharding constraint (torch_xla's mark_sharding inside a computation):
+/// the same as redistribute.
+template <Spec S2, Sharded X>
+auto constrain(const X& x) {
+  return redistribute<S2>(x);
+}
+
+/// The whole tensor on every device (partial sums reduced).
+template <Sharded X>
+auto gather(const X& x) {
+  using D = std::remove_cvref_t<X>;
+  using T = typename D::value_type;
+  constexpr std::size_t R = D::rank;
+  constexpr resolved_spec replicated = [] {
+    resolved_spec r;
+    for (std::size_t d = 0; d < R; ++d) r.dims.push_back({});
+    return r;
+  }();
+  constexpr redist_plan plan = plan_redistribute(D::layout, replicated, D::mesh_shape);
+  return detail::run_plan<T, R>(x.device(), plan, D::mesh_shape, x.global_shape(), x.local());
+}
+
+/// Where every device's block of x lives: one entry per device, as the
+/// sharding engine computes them (device, replica, slices).
+template <Sharded X>
+shard_layout shards(const X& x) {
+  using D = std::remove_cvref_t<X>;
+  return shard_slices<typename D::mesh_type, typename D::spec_type>(x.global_shape());
+}
+
+/// A text picture of which device holds which block of x (a partial tensor
+/// says so in its title line).
+template <Sharded X>
+std::string visualize(const X& x) {
+  using D = std::remove_cvref_t<X>;
+  std::string pic = visualize<typename D::mesh_type, typename D::spec_type>(x.global_shape());
+  if constexpr (D::partial_axes != 0) {
+    std::string axes;
+    for (std::size_t a = 0; a < D::mesh_type::rank(); ++a)
+      if (D::partial_axes & axis_bit(a))
+        axes += (axes.empty() ? "" : ", ") + std::string(D::mesh_type::axes[a].name.view());
+    pic = "partial sums over {" + axes + "}\n" + pic;
+  }
+  return pic;
+}
+
+}  // namespace xshard

@@ -1,0 +1,581 @@
+// xshard/spmd/thread_mesh.hpp - the embedded backend: one thread per device
+// of a typed mesh, collectives through shared memory.
+//
+//   using M = xshard::mesh<"data=4, model=2">;
+//   xshard::thread_mesh<M> devices;          // starts 8 worker threads, kept for later runs
+//   devices.run([&](auto& dev) {              // dev: xshard::thread_device<M>&, on its own thread
+//     std::vector<float> g = local_gradient(dev.position());
+//     dev.all_reduce(g, xshard::reduce_op::sum, dev.axes("data"));   // over the 4 devices of a column
+//   });
+//
+// Collectives (see collectives.hpp for what each computes) meet in a
+// rendezvous per group: every member posts its buffers and waits at the
+// group's barrier, checks that the group's calls agree (a mismatch is the same
+// xshard::error on every member), then reads its peers' buffers directly.
+// all_reduce is a reduce-scatter and all-gather in one pass over the
+// members' own buffers: rank r reduces chunk r of every member's buffer (in
+// rank order) and writes the result into chunk r of every member's buffer,
+// so the work and the memory traffic are split across the group's threads
+// and each buffer is read once and written once.
+//
+// Failure: when a body throws on one device, the mesh is poisoned: a member
+// blocked in (or later entering) a collective whose group cannot complete
+// any more throws xshard::error("xshard: device <id> failed: <what>"), so no
+// device hangs; run() rethrows the first exception once every device has
+// returned, and the next run() starts afresh. A member left alone because a
+// peer returned from its body without joining the collective gets an
+// xshard::error naming that peer. Calls that every member of a group has
+// entered always complete, so no peer's buffer is released while another
+// member reads it.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../core/error.hpp"
+#include "../core/thread_pool.hpp"
+#include "../mesh/mesh.hpp"
+#include "collectives.hpp"
+
+namespace xshard {
+
+namespace detail {
+
+class thread_mesh_state;
+
+/// What one member posts for a collective.
+struct thread_slot {
+  collective_call call{};
+  const void* in = nullptr;
+  void* out = nullptr;
+};
+
+/// Where the members of one group meet: double-buffered slots (a member may
+/// post its next call while a slower one still reads this one's) and a
+/// reusable barrier that breaks, with an xshard::error, when a member has
+/// left run() without arriving.
+class thread_rendezvous {
+ public:
+  thread_rendezvous(const thread_mesh_state& mesh, axis_set axes, std::vector<std::int64_t> members)
+      : mesh_(mesh),
+        axes_(axes),
+        members_(std::move(members)),
+        slots_(2 * members_.size()),
+        calls_(members_.size(), 0) {}
+
+  std::int64_t size() const { return static_cast<std::int64_t>(members_.size()); }
+
+  /// The slot rank `rank` writes for its next call (and advances its count).
+  thread_slot& post(std::int64_t rank) {
+    const auto r = static_cast<std::size_t>(rank);
+    const std::size_t buffer = calls_[r]++ % 2;
+    return slots_[buffer * members_.size() + r];
+  }
+  /// The slot of `rank` for the call that `me` posted last.
+  const thread_slot& slot(std::int64_t me, std::int64_t rank) const {
+    const std::size_t buffer = (calls_[static_cast<std::size_t>(me)] - 1) % 2;
+    return slots_[buffer * members_.size() + static_cast<std::size_t>(rank)];
+  }
+
+  /// Waits until every member has arrived. Throws xshard::error if a member
+  /// left run() before arriving. `kind` names the call in that message.
+  inline void arrive_and_wait(std::int64_t kind);
+
+  /// Forgets a broken run (only while no device runs).
+  void reset() {
+    std::lock_guard lock(mu_);
+    arrived_ = 0;
+    std::fill(calls_.begin(), calls_.end(), 0);
+  }
+  /// Wakes the waiters so they look again at who has left.
+  void wake() {
+    { std::lock_guard lock(mu_); }
+    cv_.notify_all();
+  }
+
+ private:
+  inline bool member_left() const;
+  [[noreturn]] inline void broken(std::int64_t kind) const;
+
+  const thread_mesh_state& mesh_;
+  axis_set axes_;
+  std::vector<std::int64_t> members_;  // mesh positions by rank
+  std::vector<thread_slot> slots_;     // [2][members]
+  std::vector<std::uint64_t> calls_;   // calls posted, per rank (touched by that rank only)
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::int64_t arrived_ = 0;
+  std::atomic<std::uint64_t> generation_{0};
+};
+
+/// The state the devices of one thread_mesh share: its groups' rendezvous
+/// (made on first use), who has left the current run, and the poison.
+class thread_mesh_state {
+ public:
+  thread_mesh_state(const mesh_axes& axes, std::span<const int> ids)
+      : axes_(axes), ids_(ids), left_(std::make_unique<std::atomic<bool>[]>(ids.size())) {
+    for (const mesh_axis& a : axes) shape_.push_back(a.size);
+    const unsigned hw = std::thread::hardware_concurrency();
+    spin_ = hw != 0 && ids.size() <= hw;
+  }
+
+  const mesh_axes& axes() const { return axes_; }
+  std::span<const int> ids() const { return ids_; }
+  std::span<const std::int64_t> shape() const { return {shape_.begin(), shape_.size()}; }
+  /// Whether a waiter may spin a little before sleeping (not when the
+  /// devices outnumber the cores).
+  bool spin() const { return spin_; }
+
+  /// The rendezvous of the group of `axes` that holds `position`.
+  thread_rendezvous& rendezvous(axis_set axes, std::int64_t position) {
+    const std::int64_t group = group_index(shape(), axes, position);
+    std::lock_guard lock(mu_);
+    auto& slot = groups_[{axes, group}];
+    if (!slot) {
+      std::vector<std::int64_t> members;
+      const std::int64_t n = group_size(shape(), axes);
+      for (std::int64_t r = 0; r < n; ++r) members.push_back(group_member(shape(), axes, position, r));
+      slot = std::make_unique<thread_rendezvous>(*this, axes, std::move(members));
+    }
+    return *slot;
+  }
+
+  /// Before a run: nobody has left, nothing is poisoned, no barrier is half
+  /// full. @pre no device is running.
+  void begin_run() {
+    std::lock_guard lock(mu_);
+    for (std::size_t p = 0; p < ids_.size(); ++p) left_[p].store(false);
+    poisoned_.store(false);
+    poison_message_.clear();
+    for (auto& [key, r] : groups_) r->reset();
+  }
+  /// Device `position` failed with `what`: later collectives throw. The
+  /// first failure names the poison.
+  void poison(std::int64_t position, std::string_view what) {
+    std::lock_guard lock(mu_);
+    if (poisoned_.load()) return;
+    if (what.starts_with("xshard: ")) what.remove_prefix(8);
+    poison_message_ = "xshard: device " + std::to_string(ids_[static_cast<std::size_t>(position)]) + " failed: ";
+    poison_message_ += what;
+    poisoned_.store(true);
+  }
+  bool poisoned() const { return poisoned_.load(); }
+  /// @pre poisoned()
+  const std::string& poison_message() const { return poison_message_; }
+  [[noreturn]] void throw_poison() const { throw error(poison_message_); }
+
+  /// Device `position` has returned from its body: wake every waiter.
+  void leave(std::int64_t position) {
+    left_[static_cast<std::size_t>(position)].store(true);
+    std::lock_guard lock(mu_);
+    for (auto& [key, r] : groups_) r->wake();
+  }
+  bool left(std::int64_t position) const { return left_[static_cast<std::size_t>(position)].load(); }
+
+ private:
+  const mesh_axes& axes_;
+  std::span<const int> ids_;
+  static_vector<std::int64_t, max_mesh_axes> shape_{};
+  bool spin_ = false;
+  std::mutex mu_;  // groups_, poison_message_
+  std::map<std::pair<axis_set, std::int64_t>, std::unique_ptr<thread_rendezvous>> groups_;
+  std::unique_ptr<std::atomic<bool>[]> left_;
+  std::atomic<bool> poisoned_{false};
+  std::string poison_message_;
+};
+
+inline bool thread_rendezvous::member_left() const {
+  for (std::int64_t p : members_)
+    if (mesh_.left(p)) return true;
+  return false;
+}
+
+inline void thread_rendezvous::broken(std::int64_t kind) const {
+  if (mesh_.poisoned()) mesh_.throw_poison();
+  std::int64_t gone = members_[0];
+  for (std::int64_t p : members_)
+    if (mesh_.left(p)) gone = p;
+  throw error("xshard: " + std::string(call_name(kind)) + " over " + axis_set_text(mesh_.axes(), axes_).str() +
+              ": device " + std::to_string(mesh_.ids()[static_cast<std::size_t>(gone)]) +
+              " returned from its body without joining it");
+}
+
+inline void thread_rendezvous::arrive_and_wait(std::int64_t kind) {
+  std::unique_lock lock(mu_);
+  const std::uint64_t gen = generation_.load(std::memory_order_relaxed);
+  if (++arrived_ == size()) {
+    arrived_ = 0;
+    generation_.store(gen + 1, std::memory_order_release);
+    lock.unlock();
+    cv_.notify_all();
+    return;
+  }
+  if (mesh_.spin()) {
+    lock.unlock();
+    for (int i = 0; i < 64; ++i) {
+      if (generation_.load(std::memory_order_acquire) != gen) return;
+      std::this_thread::yield();
+    }
+    lock.lock();
+  }
+  cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != gen || member_left(); });
+  if (generation_.load(std::memory_order_acquire) != gen) return;
+  broken(kind);
+}
+
+/// acc[i] = op(acc[i], x[i]); signed integers wrap instead of overflowing.
+template <class T>
+void reduce_into(T* acc, const T* x, std::size_t n, reduce_op op) {
+  switch (op) {
+    case reduce_op::sum:
+      if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+        using U = std::make_unsigned_t<T>;
+        for (std::size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(static_cast<U>(acc[i]) + static_cast<U>(x[i]));
+      } else {
+        for (std::size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + x[i]);
+      }
+      break;
+    case reduce_op::max:
+      for (std::size_t i = 0; i < n; ++i) acc[i] = acc[i] < x[i] ? x[i] : acc[i];
+      break;
+    case reduce_op::min:
+      for (std::size_t i = 0; i < n; ++i) acc[i] = x[i] < acc[i] ? x[i] : acc[i];
+      break;
+  }
+}
+
+/// op over the members' src(j)[0, n), in rank order, written to each of
+/// dst(0) .. dst(outs - 1) [0, n); computed block by block in a scratch that
+/// stays in L1, so a destination may also be a source (each block is read
+/// from every source before it is written anywhere).
+template <class T, class Source, class Dest>
+void reduce_members(std::int64_t members, Source&& src, std::int64_t outs, Dest&& dst, std::size_t n, reduce_op op) {
+  constexpr std::size_t block = 16384 / sizeof(T) > 0 ? 16384 / sizeof(T) : 1;
+  alignas(64) T scratch[block];
+  for (std::size_t k = 0; k < n; k += block) {
+    const std::size_t len = std::min(block, n - k);
+    std::memcpy(scratch, src(0) + k, len * sizeof(T));
+    for (std::int64_t j = 1; j < members; ++j) reduce_into(scratch, src(j) + k, len, op);
+    for (std::int64_t j = 0; j < outs; ++j) std::memcpy(dst(j) + k, scratch, len * sizeof(T));
+  }
+}
+
+/// The devices of a thread_mesh, shape-generic: the collectives over shared memory.
+class thread_device_core : public basic_device<thread_device_core> {
+  friend class basic_device<thread_device_core>;
+
+ public:
+  thread_device_core(const thread_device_core&) = delete;
+  thread_device_core& operator=(const thread_device_core&) = delete;
+
+ protected:
+  thread_device_core(thread_mesh_state& mesh, std::int64_t position)
+      : basic_device(mesh.axes(), mesh.ids(), position),
+        mesh_(&mesh),
+        groups_(std::size_t{1} << mesh.axes().size(), nullptr) {}
+  ~thread_device_core() = default;
+
+ private:
+  thread_rendezvous& group(axis_set axes) {
+    thread_rendezvous*& g = groups_[axes];
+    if (!g) g = &mesh_->rendezvous(axes, position());
+    return *g;
+  }
+
+  /// Posts this member's call, waits for the group and checks the calls:
+  /// on a mismatch every member throws the same error.
+  thread_rendezvous& meet(axis_set axes, const group_info& g, const collective_call& c, const void* in, void* out,
+                          std::span<const rank_pair> pairs = {}) {
+    if (mesh_->poisoned()) mesh_->throw_poison();
+    thread_rendezvous& rv = group(axes);
+    thread_slot& mine = rv.post(g.rank);
+    mine.call = c;
+    mine.in = in;
+    mine.out = out;
+    rv.arrive_and_wait(c.kind);
+    calls_.resize(static_cast<std::size_t>(g.size));
+    for (std::int64_t r = 0; r < g.size; ++r) calls_[static_cast<std::size_t>(r)] = rv.slot(g.rank, r).call;
+    const std::string msg = check_calls(calls_, axes, pairs);
+    // Every member reads the same slots, so all throw (or none); the
+    // double-buffered slots keep them valid until all have read them.
+    if (!msg.empty()) throw error(msg);
+    return rv;
+  }
+
+  template <class T>
+  static const T* in_of(const thread_rendezvous& rv, std::int64_t me, std::int64_t rank) {
+    return static_cast<const T*>(rv.slot(me, rank).in);
+  }
+  template <class T>
+  static void copy(T* out, const T* in, std::size_t n) {
+    if (n != 0 && out != in) std::memcpy(out, in, n * sizeof(T));
+  }
+
+  template <class T>
+  void all_reduce_impl(std::span<T> data, reduce_op op, axis_set axes, group_info g, const collective_call& c) {
+    thread_rendezvous& rv = meet(axes, g, c, data.data(), data.data());
+    const auto n = static_cast<std::int64_t>(data.size());
+    // Chunk k is [bound(k), bound(k + 1)), split at 64-byte multiples.
+    const auto bound = [&](std::int64_t k) {
+      if (k >= g.size) return n;
+      const std::int64_t align = std::max<std::int64_t>(1, 64 / static_cast<std::int64_t>(sizeof(T)));
+      return n * k / g.size / align * align;
+    };
+    // Chunk `rank` of every member's buffer, reduced and written back into
+    // every member's buffer: no other member touches this chunk, so the
+    // group reads and writes each buffer once, with no second pass.
+    const std::int64_t b = bound(g.rank), e = bound(g.rank + 1);
+    reduce_members<T>(
+        g.size, [&](std::int64_t j) { return in_of<T>(rv, g.rank, j) + b; }, g.size,
+        [&](std::int64_t j) { return static_cast<T*>(rv.slot(g.rank, j).out) + b; }, static_cast<std::size_t>(e - b),
+        op);
+    rv.arrive_and_wait(c.kind);  // nobody returns while a peer still writes its buffer
+  }
+
+  template <class T>
+  void all_gather_impl(std::span<const T> in, std::span<T> out, axis_set axes, group_info g, const collective_call& c) {
+    thread_rendezvous& rv = meet(axes, g, c, in.data(), out.data());
+    for (std::int64_t j = 0; j < g.size; ++j)
+      copy(out.data() + static_cast<std::size_t>(j) * in.size(), in_of<T>(rv, g.rank, j), in.size());
+    rv.arrive_and_wait(c.kind);
+  }
+
+  template <class T>
+  void reduce_scatter_impl(std::span<const T> in, std::span<T> out, reduce_op op, axis_set axes, group_info g,
+                           const collective_call& c) {
+    thread_rendezvous& rv = meet(axes, g, c, in.data(), out.data());
+    const std::size_t offset = static_cast<std::size_t>(g.rank) * out.size();
+    reduce_members<T>(
+        g.size, [&](std::int64_t j) { return in_of<T>(rv, g.rank, j) + offset; }, 1,
+        [&](std::int64_t) { return out.data(); }, out.size(), op);
+    rv.arrive_and_wait(c.kind);
+  }
+
+  template <class T>
+  void all_to_all_impl(std::span<const T> in, std::span<T> out, axis_set axes, group_info g, const collective_call& c) {
+    thread_rendezvous& rv = meet(axes, g, c, in.data(), out.data());
+    const std::size_t chunk = in.size() / static_cast<std::size_t>(g.size);
+    for (std::int64_t j = 0; j < g.size; ++j)
+      copy(out.data() + static_cast<std::size_t>(j) * chunk,
+           in_of<T>(rv, g.rank, j) + static_cast<std::size_t>(g.rank) * chunk, chunk);
+    rv.arrive_and_wait(c.kind);
+  }
+
+  template <class T>
+  void permute_impl(std::span<const T> in, std::span<T> out, std::span<const rank_pair> pairs, axis_set axes,
+                    group_info g, const collective_call& c) {
+    thread_rendezvous& rv = meet(axes, g, c, in.data(), out.data(), pairs);
+    const rank_pair* from = nullptr;
+    for (const rank_pair& p : pairs)
+      if (p.second == g.rank) from = &p;
+    if (from)
+      copy(out.data(), in_of<T>(rv, g.rank, from->first), out.size());
+    else if (!out.empty())
+      std::memset(static_cast<void*>(out.data()), 0, out.size_bytes());
+    rv.arrive_and_wait(c.kind);
+  }
+
+  void barrier_impl(axis_set axes, group_info g, const collective_call& c) { meet(axes, g, c, nullptr, nullptr); }
+
+  thread_mesh_state* mesh_;
+  std::vector<thread_rendezvous*> groups_;  // by axis set, filled on first use
+  std::vector<collective_call> calls_;      // scratch for meet()
+};
+
+/// The worker threads of a thread_mesh: thread p runs job(ctx, p).
+class device_threads {
+ public:
+  using job_fn = void (*)(void*, std::int64_t);
+
+  device_threads(thread_mesh_state& mesh, std::int64_t n) : mesh_(mesh), n_(n) {
+    threads_.reserve(static_cast<std::size_t>(n));
+    try {
+      for (std::int64_t p = 0; p < n; ++p) threads_.emplace_back([this, p] { work(p); });
+    } catch (...) {
+      stop();
+      throw;
+    }
+  }
+  device_threads(const device_threads&) = delete;
+  device_threads& operator=(const device_threads&) = delete;
+  ~device_threads() { stop(); }
+
+  /// Runs job(ctx, p) on thread p for every device and returns when all are
+  /// done; rethrows the first exception a device threw.
+  void run(job_fn job, void* ctx) {
+    if (current_ == this) throw error("xshard: thread_mesh::run called from inside one of its own device bodies");
+    std::lock_guard call(call_mu_);  // one run at a time
+    mesh_.begin_run();
+    {
+      std::lock_guard lock(mu_);
+      job_ = job;
+      ctx_ = ctx;
+      done_ = 0;
+      first_error_ = nullptr;
+      ++generation_;
+    }
+    start_.notify_all();
+    std::exception_ptr err;
+    {
+      std::unique_lock lock(mu_);
+      finished_.wait(lock, [&] { return done_ == n_; });
+      job_ = nullptr;
+      err = std::exchange(first_error_, nullptr);
+    }
+    if (err) std::rethrow_exception(err);
+  }
+
+ private:
+  void work(std::int64_t p) {
+    current_ = this;
+    // A device computes on its own thread: library kernels called from its
+    // body (einsum, reductions) do not fan out over the process pool.
+    const scoped_thread_limit one_thread(1);
+    std::uint64_t seen = 0;
+    while (true) {
+      job_fn job = nullptr;
+      void* ctx = nullptr;
+      {
+        std::unique_lock lock(mu_);
+        start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+        ctx = ctx_;
+      }
+      try {
+        job(ctx, p);
+      } catch (...) {
+        fail(p, std::current_exception());
+      }
+      mesh_.leave(p);
+      {
+        std::lock_guard lock(mu_);
+        if (++done_ == n_) finished_.notify_all();
+      }
+    }
+  }
+  void fail(std::int64_t p, std::exception_ptr e) {
+    {
+      std::lock_guard lock(mu_);
+      if (!first_error_) first_error_ = e;
+    }
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      what = x.what();
+    } catch (...) {
+    }
+    mesh_.poison(p, what);
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  thread_mesh_state& mesh_;
+  std::int64_t n_;
+  std::vector<std::thread> threads_;
+  std::mutex call_mu_, mu_;
+  std::condition_variable start_, finished_;
+  job_fn job_ = nullptr;
+  void* ctx_ = nullptr;
+  std::uint64_t generation_ = 0;
+  std::int64_t done_ = 0;
+  std::exception_ptr first_error_;
+  bool stop_ = false;
+  static inline thread_local const device_threads* current_ = nullptr;
+};
+
+}  // namespace detail
+
+/// A device of a thread_mesh<M>: what an SPMD body gets. Its collectives are
+/// those of basic_device (collectives.hpp).
+template <Mesh M>
+class thread_device : public detail::thread_device_core {
+ public:
+  using mesh_type = M;
+  /// The axis set named by `names` ("data" or "data, model"); constexpr.
+  static constexpr axis_set axes(std::string_view names) { return parse_axis_set(M::axes, names); }
+
+  thread_device(detail::thread_mesh_state& mesh, std::int64_t position) : thread_device_core(mesh, position) {}
+};
+
+/// M::size() devices, each a persistent worker thread; run(body) runs
+/// body(device&) on all of them at once.
+template <Mesh M>
+class thread_mesh {
+ public:
+  using mesh_type = M;
+  using device = thread_device<M>;
+
+  thread_mesh() : state_(M::axes, std::span<const int>(M::device_ids)), devices_(make_devices(state_)) {
+    threads_ = std::make_unique<detail::device_threads>(state_, M::size());
+  }
+  thread_mesh(const thread_mesh&) = delete;
+  thread_mesh& operator=(const thread_mesh&) = delete;
+  ~thread_mesh() { threads_.reset(); }  // join the workers before the devices go
+
+  static constexpr std::int64_t size() { return M::size(); }
+  /// The axis set named by `names` ("data" or "data, model"); constexpr.
+  static constexpr axis_set axes(std::string_view names) { return parse_axis_set(M::axes, names); }
+
+  /// Runs body(device&) on every device concurrently; returns when all are
+  /// done. If a body throws, the others' collectives fail instead of
+  /// hanging, and run() rethrows the first exception after all returned.
+  template <class F>
+  void run(F&& body) {
+    struct context {
+      std::remove_reference_t<F>* body;
+      std::vector<std::unique_ptr<device>>* devices;
+    } ctx{&body, &devices_};
+    threads_->run(
+        [](void* p, std::int64_t pos) {
+          auto* c = static_cast<context*>(p);
+          (*c->body)(*(*c->devices)[static_cast<std::size_t>(pos)]);
+        },
+        &ctx);
+  }
+
+  /// The device at `position` (e.g. to read its counters between runs).
+  device& at(std::int64_t position) {
+    if (position < 0 || position >= size())
+      throw error("xshard: device position " + std::to_string(position) + " is out of range for a mesh of " +
+                  std::to_string(size()) + " devices");
+    return *devices_[static_cast<std::size_t>(position)];
+  }
+
+ private:
+  static std::vector<std::unique_ptr<device>> make_devices(detail::thread_mesh_state& state) {
+    std::vector<std::unique_ptr<device>> d;
+    for (std::int64_t p = 0; p < M::size(); ++p) d.push_back(std::make_unique<device>(state, p));
+    return d;
+  }
+
+  detail::thread_mesh_state state_;
+  std::vector<std::unique_ptr<device>> devices_;
+  std::unique_ptr<detail::device_threads> threads_;
+};
+
+}  // namespace xshard

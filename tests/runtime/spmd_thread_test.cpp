@@ -1,0 +1,215 @@
+// The thread backend: every collective on every axis subset of several meshes
+// (tests/spmd/collective_cases.hpp), the mismatch errors, the counters, what
+// happens when a body throws, and naming axis sets.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+#include <vector>
+#include <xshard/mesh/mesh.hpp>
+#include <xshard/spmd/thread_mesh.hpp>
+
+#include "../spmd/collective_cases.hpp"
+
+namespace {
+
+using xshard::axis_set;
+using xshard::collective_kind;
+using xshard::reduce_op;
+
+template <class M>
+void expect_all_cases() {
+  xshard::thread_mesh<M> devices;
+  const std::vector<std::string> failures = xshard_test::run_collective_cases(devices);
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+  // The workers are reused: a second run sees the same results.
+  EXPECT_TRUE(xshard_test::run_collective_cases(devices).empty());
+}
+
+TEST(SpmdThreadCollectives, Line4) { expect_all_cases<xshard::mesh<"x=4">>(); }
+TEST(SpmdThreadCollectives, Line8) { expect_all_cases<xshard::mesh<"x=8">>(); }
+TEST(SpmdThreadCollectives, Grid1x4) { expect_all_cases<xshard::mesh<"x=1, y=4">>(); }
+TEST(SpmdThreadCollectives, Grid2x2) { expect_all_cases<xshard::mesh<"x=2, y=2">>(); }
+TEST(SpmdThreadCollectives, Grid2x2ExplicitIds) { expect_all_cases<xshard::mesh<"x=2, y=2", 3, 2, 1, 0>>(); }
+TEST(SpmdThreadCollectives, Cube2x2x2) { expect_all_cases<xshard::mesh<"x=2, y=2, z=2">>(); }
+TEST(SpmdThreadCollectives, Cube2x2x2ExplicitIds) {
+  expect_all_cases<xshard::mesh<"x=2, y=2, z=2", 5, 7, 1, 0, 2, 6, 4, 3>>();
+}
+
+// Counters by hand: collective_bytes_sent's formulas on a group of 4.
+TEST(SpmdThreadCounters, BytesSentByHand) {
+  using M = xshard::mesh<"x=4">;
+  xshard::thread_mesh<M> devices;
+  std::vector<xshard::collective_counters> seen(4);
+  devices.run([&](auto& dev) {
+    std::vector<float> f(1000, 1.0f), f4(4, 1.0f), f4out(4);
+    std::vector<double> d(10), dout(40);
+    std::vector<int> i8(8), i2(2), i8out(8);
+    dev.all_reduce(f, reduce_op::sum, 1);                         // 2 * 3 * 4000 / 4 = 6000
+    dev.all_gather(d, dout, 1);                                   // 3 * 80 = 240
+    dev.reduce_scatter(i8, i2, reduce_op::max, 1);                // 3 * 32 / 4 = 24
+    dev.all_to_all(i8, i8out, 1);                                 // 24
+    dev.permute(f4, f4out, 1, {{0, 1}, {1, 2}, {2, 3}, {3, 0}});  // 16 each
+    dev.permute(f4, f4out, 1, {{2, 0}});                          // 16 on rank 2, a call on all
+    dev.barrier(1);                                               // not counted
+    dev.all_reduce(f, reduce_op::sum, 0);                         // a group of one: not counted
+    seen[static_cast<std::size_t>(dev.position())] = dev.counters();
+  });
+  for (std::size_t p = 0; p < 4; ++p) {
+    const auto& c = seen[p];
+    EXPECT_EQ(c.calls_of(collective_kind::all_reduce), 1);
+    EXPECT_EQ(c.bytes_of(collective_kind::all_reduce), 6000);
+    EXPECT_EQ(c.bytes_of(collective_kind::all_gather), 240);
+    EXPECT_EQ(c.bytes_of(collective_kind::reduce_scatter), 24);
+    EXPECT_EQ(c.bytes_of(collective_kind::all_to_all), 24);
+    EXPECT_EQ(c.calls_of(collective_kind::permute), 2);
+    EXPECT_EQ(c.bytes_of(collective_kind::permute), p == 2 ? 32 : 16);
+    EXPECT_EQ(c.total_calls(), 6);
+  }
+  // Counters survive between runs until reset.
+  EXPECT_EQ(devices.at(3).counters().total_calls(), 6);
+  devices.at(3).reset_counters();
+  EXPECT_EQ(devices.at(3).counters().total_calls(), 0);
+}
+
+// A body that throws on one device: the others do not hang, they see who
+// failed, run() rethrows the original exception, and the mesh works again.
+TEST(SpmdThreadFailure, ThrowingBodyReleasesTheOthers) {
+  using M = xshard::mesh<"x=2, y=2", 3, 2, 1, 0>;
+  xshard::thread_mesh<M> devices;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::vector<std::string> seen(4);
+    try {
+      devices.run([&](auto& dev) {
+        const auto p = static_cast<std::size_t>(dev.position());
+        std::vector<int> v(64, 1);
+        if (dev.position() == 1) {
+          if (attempt == 1) dev.all_reduce(v, reduce_op::sum, 0b11);  // fail after a collective
+          throw std::runtime_error("boom");
+        }
+        try {
+          if (attempt == 1) dev.all_reduce(v, reduce_op::sum, 0b11);
+          // Positions 2 and 3 talk among themselves (their row does not hold
+          // position 1; position 0's does), then everyone needs position 1.
+          for (int k = 0; k < 50; ++k) dev.all_reduce(v, reduce_op::sum, 0b10);
+          for (int k = 0; k < 3; ++k) dev.all_reduce(v, reduce_op::max, 0b11);
+          dev.barrier(0b11);
+          seen[p] = "no error";
+        } catch (const xshard::error& e) {
+          seen[p] = e.what();
+          throw;
+        }
+      });
+      ADD_FAILURE() << "run() did not throw";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "boom");
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "run() threw " << e.what() << " instead of the body's exception";
+    }
+    for (std::size_t p : {0, 2, 3}) EXPECT_EQ(seen[p], "xshard: device 2 failed: boom") << "position " << p;
+  }
+  // The next run works.
+  std::vector<std::vector<int>> out(4);
+  devices.run([&](auto& dev) {
+    std::vector<int> v(5, static_cast<int>(dev.position()));
+    dev.all_reduce(v, reduce_op::sum, dev.axes("x, y"));
+    out[static_cast<std::size_t>(dev.position())] = v;
+  });
+  for (const auto& v : out) EXPECT_EQ(v, std::vector<int>(5, 6));
+}
+
+TEST(SpmdThreadFailure, NonStandardExceptionIsRethrown) {
+  xshard::thread_mesh<xshard::mesh<"x=2">> devices;
+  std::string seen;
+  auto body = [&](auto& dev) {
+    if (dev.position() == 0) throw 42;
+    try {
+      dev.barrier(1);
+    } catch (const xshard::error& e) {
+      seen = e.what();
+    }
+  };
+  EXPECT_THROW(devices.run(body), int);
+  EXPECT_EQ(seen, "xshard: device 0 failed: unknown exception");
+}
+
+// A device that returns without joining a collective its peers are in.
+TEST(SpmdThreadFailure, PeerReturnedWithoutJoining) {
+  xshard::thread_mesh<xshard::mesh<"x=2, y=2", 3, 2, 1, 0>> devices;
+  try {
+    devices.run([&](auto& dev) {
+      if (dev.position() == 0) return;
+      std::vector<float> v(3);
+      dev.all_reduce(v, reduce_op::sum, 0b11);
+    });
+    ADD_FAILURE() << "run() did not throw";
+  } catch (const xshard::error& e) {
+    EXPECT_STREQ(e.what(), "xshard: all-reduce over {x, y}: device 3 returned from its body without joining it");
+  }
+}
+
+TEST(SpmdThreadFailure, NestedRunIsAnError) {
+  xshard::thread_mesh<xshard::mesh<"x=2">> devices;
+  std::atomic<int> errors{0};
+  devices.run([&](auto&) {
+    try {
+      devices.run([](auto&) {});
+    } catch (const xshard::error& e) {
+      if (std::string(e.what()).find("inside one of its own device bodies") != std::string::npos) ++errors;
+    }
+  });
+  EXPECT_EQ(errors.load(), 2);
+}
+
+TEST(SpmdThreadFailure, BadAxisSet) {
+  xshard::thread_mesh<xshard::mesh<"x=2">> devices;
+  std::atomic<int> errors{0};
+  devices.run([&](auto& dev) {
+    std::vector<int> v(2);
+    try {
+      dev.all_reduce(v, reduce_op::sum, 0b10);
+    } catch (const xshard::error& e) {
+      if (std::string(e.what()) == "xshard: all-reduce over axis set 2: the mesh has no axis 1 (its axes are {x})")
+        ++errors;
+    }
+  });
+  EXPECT_EQ(errors.load(), 2);
+}
+
+// Naming axis sets, at compile time and at run time.
+using Grid = xshard::mesh<"data=4, model=2">;
+static_assert(xshard::thread_mesh<Grid>::axes("model") == 0b10);
+static_assert(xshard::thread_mesh<Grid>::axes("data, model") == 0b11);
+static_assert(xshard::thread_mesh<Grid>::axes(" {model,data} ") == 0b11);
+static_assert(xshard::thread_mesh<Grid>::axes("") == 0);
+static_assert(xshard::thread_device<Grid>::axes("data") == 0b01);
+static_assert(xshard::parse_axis_set(xshard::mesh<"4, 2">::axes, "1") == 0b10);
+static_assert(xshard::thread_mesh<Grid>::size() == 8);
+
+TEST(SpmdAxisSet, Text) {
+  EXPECT_EQ(xshard::axis_set_text(Grid::axes, 0b11).str(), "{data, model}");
+  EXPECT_EQ(xshard::axis_set_text(Grid::axes, 0).str(), "{}");
+  EXPECT_EQ(xshard::axis_set_text(xshard::mesh<"4, 2">::axes, 0b10).str(), "{1}");
+  for (axis_set s = 0; s < 4; ++s)
+    EXPECT_EQ(xshard::parse_axis_set(Grid::axes, xshard::axis_set_text(Grid::axes, s).view()), s);
+}
+
+TEST(SpmdAxisSet, Errors) {
+  auto message = [](const char* names) {
+    try {
+      (void)xshard::thread_mesh<Grid>::axes(names);
+    } catch (const xshard::error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("data, pipe"),
+            "xshard: unknown axis name 'pipe' in axis set \"data, pipe\"; the mesh's axes are data, model");
+  EXPECT_EQ(message("model,model"), "xshard: axis 'model' appears more than once in axis set \"model,model\"");
+  EXPECT_EQ(message("data,,model"),
+            "xshard: malformed axis set \"data,,model\": unexpected ',' at column 6 (expected \"name, name, ...\")");
+  EXPECT_EQ(message("0"), "xshard: unknown axis name '0' in axis set \"0\"; the mesh's axes are data, model");
+}
+
+}  // namespace
