@@ -1,6 +1,7 @@
 // The MPI backend, run under mpiexec (tests/CMakeLists.txt registers it):
 //
-//   spmd_mpi_test 4       the 4-device meshes  (mpiexec -n 4)
+//   spmd_mpi_test 4       the 4-device meshes  (mpiexec -n 4), and the
+//                         sharded-tensor cases of tests/spmd/sharded_cases.hpp
 //   spmd_mpi_test 8       the 8-device meshes  (mpiexec -n 8 --oversubscribe)
 //   spmd_mpi_test abort   a body throws on position 1 while the others wait
 //                         in a collective: every rank must end (MPI_Abort),
@@ -21,6 +22,7 @@
 #include <xshard/spmd/mpi_mesh.hpp>
 
 #include "../spmd/collective_cases.hpp"
+#include "../spmd/sharded_cases.hpp"
 
 namespace {
 
@@ -88,6 +90,11 @@ int main(int argc, char** argv) {
       failures += run_mesh<xshard::mesh<"x=1, y=4">>();
       failures += run_mesh<xshard::mesh<"x=2, y=2">>();
       failures += run_mesh<xshard::mesh<"x=2, y=2", 3, 2, 1, 0>>();
+      xshard::mpi_mesh<xshard::mesh<"x=2, y=2">> devices;
+      for (const std::string& f : xshard_test::run_sharded_cases(devices)) {
+        std::fprintf(stderr, "FAIL rank %d: %s\n", rank_of_world(), f.c_str());
+        ++failures;
+      }
     } else {
       failures += run_mesh<xshard::mesh<"x=2, y=2, z=2">>();
       failures += run_mesh<xshard::mesh<"x=2, y=2, z=2", 5, 7, 1, 0, 2, 6, 4, 3>>();
