@@ -144,3 +144,48 @@ TEST(SpmdShardedEinsum, OneByFourMesh) {
 }
 
 }  // namespace
+
+namespace {
+
+// Three operands: the local einsum contracts two sharded labels at once, a
+// partial sum over both axes.
+template <class M, class SA, class SB, class SC>
+void check_three(xshard::thread_mesh<M>& mesh, const xt::xtensor<float, 2>& a, const xt::xtensor<float, 2>& b,
+                 const xt::xtensor<float, 2>& c, failures& f) {
+  using XA = xshard::sharded<float, 2, M, SA>;
+  using XB = xshard::sharded<float, 2, M, SB>;
+  using XC = xshard::sharded<float, 2, M, SC>;
+  constexpr xshard::sharded_einsum_plan plan = xshard::einsum_plan_of<"ij,jk,kl->il", XA, XB, XC>();
+  const auto want = xshard::einsum<"ij,jk,kl->il">(a, b, c);
+  const std::string what =
+      std::string(SA::text.view()) + " | " + std::string(SB::text.view()) + " | " + std::string(SC::text.view());
+  mesh.run([&](auto& dev) {
+    const auto xa = xshard::distribute<SA>(dev, a);
+    const auto xb = xshard::distribute<SB>(dev, b);
+    const auto xc = xshard::distribute<SC>(dev, c);
+    dev.reset_counters();
+    const auto y = xshard::einsum<"ij,jk,kl->il">(xa, xb, xc);
+    if (dev.counters().total_calls() != static_cast<std::int64_t>(plan.collective_count()))
+      f.add(what + ": collectives differ from the plan");
+    if (xshard::gather(y) != want) f.add(what + ": ij,jk,kl->il differs on device " + std::to_string(dev.id()));
+  });
+}
+
+TEST(SpmdShardedEinsum, ThreeOperands) {
+  using M = xshard::mesh<"x=2, y=2">;
+  // j on x and k on y: one all-reduce over both.
+  constexpr auto both = xshard::einsum_plan<"ij,jk,kl->il", M, spec<"None, x">, spec<"x, y">, spec<"y, None">>();
+  static_assert(both.collective_count() == 1 && both.collectives()[0].axes == 3 && both.local_output.partial == 3);
+  xshard::thread_mesh<M> mesh;
+  const auto a = random_tensor<float, 2>({5, 6}, 1);
+  const auto b = random_tensor<float, 2>({6, 7}, 2);
+  const auto c = random_tensor<float, 2>({7, 3}, 3);
+  failures f;
+  check_three<M, spec<"None, x">, spec<"x, y">, spec<"y, None">>(mesh, a, b, c, f);
+  check_three<M, spec<"x, None">, spec<"None, y">, spec<"None, None">>(mesh, a, b, c, f);
+  check_three<M, spec<"y, x">, spec<"None, None">, spec<"x, y">>(mesh, a, b, c, f);
+  check_three<M, spec<"None, None">, spec<"(x, y), None">, spec<"None, (y, x)">>(mesh, a, b, c, f);
+  for (const auto& s : f.list) ADD_FAILURE() << s;
+}
+
+}  // namespace
