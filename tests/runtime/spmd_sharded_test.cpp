@@ -210,3 +210,18 @@ TEST(SpmdSharded, RedistributeEveryPairOfSpecs) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(SpmdSharded, RankMismatchAtRunTimeNamesTheSpec) {
+  xshard::thread_mesh<xshard::mesh<"x=2, y=2">> mesh;
+  const xt::xarray<float> x = xt::zeros<float>({4, 4, 4});
+  EXPECT_THROW(mesh.run([&](auto& dev) { (void)xshard::distribute<spec<"x, y">>(dev, x); }), xshard::error);
+  try {
+    mesh.run([&](auto& dev) { (void)xshard::distribute<spec<"x, y">>(dev, x); });
+  } catch (const xshard::error& e) {
+    EXPECT_NE(std::string(e.what()).find("x, y"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

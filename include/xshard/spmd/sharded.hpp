@@ -30,6 +30,7 @@
 
 #include "../core/diagnostics.hpp"
 #include "../core/error.hpp"
+#include "../core/tensor_traits.hpp"
 #include "../mesh/mesh.hpp"
 #include "../sharding/spec.hpp"
 #include "../sharding/visualize.hpp"
@@ -354,7 +355,17 @@ auto distribute(Device& dev, const E& global) {
   using T = typename std::remove_cvref_t<E>::value_type;
   constexpr std::size_t R = S::rank();
   using M = typename Device::mesh_type;
-  const xt::xtensor<T, R> g = global;  // evaluates expressions; a rank mismatch fails to compile here
+  using E0 = std::remove_cvref_t<E>;
+  if constexpr (tensor_rank_v<E0> >= 0) {
+    static_assert(detail::spec_rank_matches<S, static_cast<std::size_t>(tensor_rank_v<E0>)>());
+  } else if (global.dimension() != R) {
+    diagnostic d;
+    d.code = errc::spec_rank_mismatch;
+    d.a = static_cast<std::int64_t>(R);
+    d.b = static_cast<std::int64_t>(global.dimension());
+    throw error("xshard: distribute<spec<\"" + std::string(S::text.view()) + "\">>: " + describe_text(d, {}).str());
+  }
+  const xt::xtensor<T, R> g = global;  // evaluates an expression once
   const auto shape = detail::shape_of(g);
   using result = sharded<T, R, M, S>;
   const auto sl = local_slices(result::mesh_shape, result::resolved, shape, dev.position());
