@@ -35,6 +35,7 @@
 #include "spmd/layout.hpp"
 #include "spmd/sharded.hpp"
 #include "spmd/thread_mesh.hpp"
+#include "trace/trace.hpp"
 #if defined(XSHARD_WITH_MPI)  // set by the CMake target xshard::mpi
 #include "spmd/mpi_mesh.hpp"
 #endif

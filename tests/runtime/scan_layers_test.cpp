@@ -125,3 +125,30 @@ TEST(ScanLayers, MismatchedParameterShapesNameTheLayerAndParameter) {
 }
 
 }  // namespace
+
+#include <set>
+#include <xshard/trace/trace.hpp>
+
+namespace {
+
+// Trace scopes inside scan_layers show per layer, forward and backward.
+TEST(ScanLayers, TraceShowsEveryLayer) {
+  const auto ps = random_layers(4, 3, 6);
+  const auto stacked = xshard::stack_params<L>(ps);
+  const mat x = xt::random::randn<T>({2, 3});
+  auto& tr = xshard::tracer::instance();
+  tr.clear();
+  tr.start();
+  (void)xshard::scan_layers_vjp(L{}, stacked, x, x, xshard::remat::recompute);
+  tr.stop();
+  std::size_t fwd = 0, bwd = 0;
+  for (const auto& e : tr.events()) {
+    fwd += e.name == "scan_layers/forward";
+    bwd += e.name == "scan_layers/backward";
+  }
+  EXPECT_EQ(fwd, 4u);  // recompute's second forward runs inside each backward scope
+  EXPECT_EQ(bwd, 4u);
+  tr.clear();
+}
+
+}  // namespace

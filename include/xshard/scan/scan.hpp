@@ -39,6 +39,7 @@
 #include <xtensor/xview.hpp>
 
 #include "../core/error.hpp"
+#include "../trace/trace.hpp"
 
 namespace xshard {
 
@@ -226,6 +227,7 @@ auto scan(F&& f, Carry init, const Xs& xs, scan_options options = {}) {
   detail::stacker<Y> ys;
   auto step = [&](std::size_t i) {
     const std::size_t t = options.reverse ? n - 1 - i : i;
+    const trace_me scope("scan/step", {{"t", t}});
     auto r = f(std::as_const(carry), detail::slice_step(xs, t));
     carry = std::move(std::get<0>(r));
     shapes.clear();

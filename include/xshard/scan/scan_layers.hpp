@@ -35,6 +35,7 @@
 
 #include "../core/error.hpp"
 #include "../nn/layer.hpp"
+#include "../trace/trace.hpp"
 
 namespace xshard {
 
@@ -136,7 +137,10 @@ std::size_t stack_depth(const stacked_params<L>& s) {
 template <stackable_layer L>
 typename L::output scan_layers(const L& l, const stacked_params<L>& params, typename L::input x) {
   const std::size_t n = stack_depth<L>(params);
-  for (std::size_t i = 0; i < n; ++i) x = l.forward(layer_params<L>(params, i), x).first;
+  for (std::size_t i = 0; i < n; ++i) {
+    const trace_me t("scan_layers/forward", {{"layer", i}});
+    x = l.forward(layer_params<L>(params, i), x).first;
+  }
   return x;
 }
 
@@ -154,6 +158,7 @@ std::pair<stacked_params<L>, typename L::input> scan_layers_vjp(const L& l, cons
   std::vector<typename detail::dots_of<L, dots_ok>::type> dots;  // dots_saveable
   typename L::input cur = x;
   for (std::size_t i = 0; i < n; ++i) {
+    const trace_me t("scan_layers/forward", {{"layer", i}});
     const auto p = layer_params<L>(params, i);
     if (policy == remat::save_all) {
       auto [y, r] = l.forward(p, cur);
@@ -172,6 +177,7 @@ std::pair<stacked_params<L>, typename L::input> scan_layers_vjp(const L& l, cons
   std::vector<typename L::params> grads(n);
   typename L::output g = gy;
   for (std::size_t i = n; i-- > 0;) {
+    const trace_me t("scan_layers/backward", {{"layer", i}});
     const auto p = layer_params<L>(params, i);
     typename L::residuals r = [&] {
       if (policy == remat::save_all) return std::move(saved[i]);

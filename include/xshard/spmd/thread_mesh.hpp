@@ -50,6 +50,7 @@
 #include "../core/error.hpp"
 #include "../core/thread_pool.hpp"
 #include "../mesh/mesh.hpp"
+#include "../trace/trace.hpp"
 #include "collectives.hpp"
 
 namespace xshard {
@@ -446,6 +447,9 @@ class device_threads {
     // A device computes on its own thread: library kernels called from its
     // body (einsum, reductions) do not fan out over the process pool.
     const scoped_thread_limit one_thread(1);
+    // Trace scopes opened in a device's body are that device's (Chrome
+    // trace "process" = device id).
+    const trace_device_scope trace_device(mesh_.ids()[static_cast<std::size_t>(p)]);
     std::uint64_t seen = 0;
     while (true) {
       job_fn job = nullptr;

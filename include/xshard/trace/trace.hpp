@@ -1,0 +1,647 @@
+// xshard/trace/trace.hpp - trace_me scopes and a Chrome-trace / Perfetto JSON writer.
+//
+//   xshard::tracer::instance().start();
+//   {
+//     xshard::trace_device_scope d(3);              // this thread works for device 3
+//     xshard::trace_me t("layer3/forward");         // one complete event ("ph":"X")
+//     for (int i = 0; i < n; ++i) {
+//       xshard::trace_me it("scan/iter", {{"i", i}});  // args at construction ...
+//       it.arg("rows", rows);                          // ... or later, while open
+//     }
+//   }
+//   xshard::tracer::instance().write_chrome_json("trace.json");  // chrome://tracing, ui.perfetto.dev
+//
+// The collector is one process-wide object, `tracer::instance()`, created on
+// first use and never destroyed (so threads that outlive static destruction
+// can still trace). Every event carries:
+//   name    the scope's name (copied when the scope opens)
+//   ts/dur  begin and duration, written in microseconds with three decimals
+//           (exact nanoseconds), ts counted from the tracer's creation
+//   pid     the device: the innermost `trace_device_scope` of the thread that
+//           opened the scope (thread-local), 0 without one
+//   tid     the thread: 1, 2, 3, ... in the order threads first traced, never
+//           reused; `set_trace_thread_name()` names it in the viewer
+//   args    int64 / double / bool / string values
+// Metadata events ("ph":"M") name every device seen "device <id>" (sorted by
+// id) and every thread "thread <tid>" unless it was named.
+//
+// Rules:
+//   * An event is recorded when tracing is on both when its scope opens and
+//     when it closes; a scope that closes after stop() is dropped.
+//   * Disabled cost: one relaxed atomic load and a branch when the scope opens
+//     and a test of a member when it closes; no clock read, allocation or lock.
+//     (With `{{"k", v}}` args the caller also builds that small array of views
+//     on the stack; `t.arg()` is a branch when off.)
+//   * Enabled: the name and args go to a thread-local stack of open scopes; at
+//     close the complete event is appended to the thread's own buffer under
+//     that buffer's mutex, which only the writer ever contends for. Buffers are
+//     owned by the collector (shared_ptr), so a thread's events outlive it.
+//   * Scopes on one thread nest: a child's [ts, ts + dur] lies inside its
+//     parent's (one monotonic clock, read after opening and before closing).
+//   * clear() drops recorded events of every thread (and forgets threads that
+//     have exited); scopes open at the time are recorded when they close.
+//   * write_chrome_json() may run while other threads trace: it copies each
+//     buffer under its lock and sorts by (device, tid, ts, longer first).
+//
+// Environment: XSHARD_TRACE=path.json starts tracing at program start-up
+// (static initialisation of the first translation unit that includes this
+// header) and writes the trace to that path at normal process exit (return
+// from main or std::exit; not on abort or _exit). A write error is reported
+// on stderr. Relative paths resolve against the working directory at exit.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "../core/error.hpp"  // xshard::error when a trace file cannot be written
+
+namespace xshard {
+
+/// A value attached to an event (`"args"` in the JSON).
+using trace_value = std::variant<std::int64_t, double, bool, std::string>;
+
+/// One named argument of an event.
+struct trace_arg {
+  std::string key;
+  trace_value value;
+  friend bool operator==(const trace_arg&, const trace_arg&) = default;
+};
+
+/// One complete event as recorded (see tracer::events()).
+struct trace_event {
+  std::string name;
+  std::int64_t ts_ns = 0;   // begin, nanoseconds since the tracer was created
+  std::int64_t dur_ns = 0;  // end - begin, nanoseconds
+  int device = 0;           // "pid"
+  std::uint32_t tid = 0;    // "tid"
+  std::vector<trace_arg> args;
+};
+
+/// A non-owning argument, cheap to build when tracing is off: `{"i", 3}`,
+/// `{"scale", 0.5}`, `{"ok", true}`, `{"mode", "fast"}` (integers become
+/// int64; unsigned values above INT64_MAX become double).
+class trace_arg_view {
+ public:
+  template <class T>
+  requires(std::is_arithmetic_v<T> ||
+           std::is_convertible_v<const T&, std::string_view>) constexpr trace_arg_view(std::string_view key,
+                                                                                       const T& value) noexcept
+      : key_(key), value_(convert(value)) {}
+
+  trace_arg to_arg() const {
+    return std::visit(
+        [&](const auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string_view>)
+            return trace_arg{std::string(key_), trace_value(std::string(v))};
+          else
+            return trace_arg{std::string(key_), trace_value(v)};
+        },
+        value_);
+  }
+
+ private:
+  using view = std::variant<std::int64_t, double, bool, std::string_view>;
+
+  template <class T>
+  static constexpr view convert(const T& value) noexcept {
+    if constexpr (std::is_same_v<T, bool>) {
+      return view(std::in_place_type<bool>, value);
+    } else if constexpr (std::is_integral_v<T>) {
+      if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(std::int64_t)) {
+        if (value > static_cast<T>(INT64_MAX)) return view(std::in_place_type<double>, static_cast<double>(value));
+      }
+      return view(std::in_place_type<std::int64_t>, static_cast<std::int64_t>(value));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      return view(std::in_place_type<double>, static_cast<double>(value));
+    } else {
+      return view(std::in_place_type<std::string_view>, std::string_view(value));
+    }
+  }
+
+  std::string_view key_;
+  view value_;
+};
+
+namespace detail {
+
+/// The switch every scope reads (constant-initialised: no guard, no call).
+inline std::atomic<bool> trace_on{false};
+
+/// The device of the calling thread (see trace_device_scope).
+inline thread_local int trace_device = 0;
+
+inline std::int64_t trace_now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// One thread's recorded events; shared by the thread and the collector.
+struct trace_buffer {
+  std::mutex mu;  // taken by the owner per event and by the collector to read or clear
+  std::vector<trace_event> events;
+  std::uint32_t tid = 0;
+  std::string thread_name;  // empty: "thread <tid>"
+};
+
+struct trace_open_scope {
+  std::string name;
+  std::int64_t begin_ns = 0;
+  int device = 0;
+  bool done = false;
+  std::vector<trace_arg> args;
+};
+
+/// Thread-local: the buffer (registered on first use) and the open scopes.
+struct trace_thread_state {
+  std::shared_ptr<trace_buffer> buffer;
+  std::vector<trace_open_scope> open;  // slots [0, depth) are in use or done-but-covered
+  std::size_t depth = 0;
+};
+
+inline trace_thread_state& trace_local() {
+  static thread_local trace_thread_state state;
+  return state;
+}
+
+inline std::shared_ptr<trace_buffer>& trace_local_buffer();
+inline void trace_write_at_exit() noexcept;
+inline bool trace_to_file_at_exit(const char* path);
+
+// JSON text -----------------------------------------------------------------
+
+/// Length of the valid UTF-8 sequence at s[i] (a byte >= 0x80), or 0.
+constexpr std::size_t utf8_sequence_length(std::string_view s, std::size_t i) noexcept {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;  // no UTF-16 surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;  // <= U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  return n;
+}
+
+/// Appends s as a JSON string: quotes, backslashes and control characters
+/// escaped; valid UTF-8 kept; each byte of invalid UTF-8 becomes U+FFFD.
+inline void append_json_string(std::string& out, std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  out += '"';
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const std::size_t n = utf8_sequence_length(s, i);
+      if (n == 0) {
+        out += "\\ufffd";
+        ++i;
+      } else {
+        out.append(s.substr(i, n));
+        i += n;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out += hex[c >> 4];
+          out += hex[c & 0xF];
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+    ++i;
+  }
+  out += '"';
+}
+
+inline void append_int(std::string& out, std::int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+/// Nanoseconds as microseconds with exactly three decimals: 1234567 -> "1234.567".
+inline void append_us(std::string& out, std::int64_t ns) {
+  std::uint64_t u = ns < 0 ? 0 - static_cast<std::uint64_t>(ns) : static_cast<std::uint64_t>(ns);
+  if (ns < 0) out += '-';
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, u / 1000);
+  out.append(buf, r.ptr);
+  const auto frac = static_cast<unsigned>(u % 1000);
+  out += '.';
+  out += static_cast<char>('0' + frac / 100);
+  out += static_cast<char>('0' + frac / 10 % 10);
+  out += static_cast<char>('0' + frac % 10);
+}
+
+/// A JSON value; non-finite doubles (not JSON numbers) become the strings
+/// "NaN", "Infinity", "-Infinity".
+inline void append_json_value(std::string& out, const trace_value& value) {
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          out += v ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, std::int64_t>) {
+          append_int(out, v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (std::isnan(v)) {
+            out += "\"NaN\"";
+          } else if (std::isinf(v)) {
+            out += v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+          } else {
+            char buf[32];
+            const auto r = std::to_chars(buf, buf + sizeof buf, v);
+            out.append(buf, r.ptr);
+          }
+        } else {
+          append_json_string(out, v);
+        }
+      },
+      value);
+}
+
+}  // namespace detail
+
+/// The process-wide collector. All members are thread-safe.
+class tracer {
+ public:
+  /// The one collector (created on first use, never destroyed).
+  static tracer& instance() {
+    static tracer* const the = new tracer();  // immortal: threads may trace during static destruction
+    return *the;
+  }
+
+  tracer(const tracer&) = delete;
+  tracer& operator=(const tracer&) = delete;
+
+  /// Scopes opened from now on are recorded.
+  void start() noexcept { detail::trace_on.store(true, std::memory_order_relaxed); }
+  /// Scopes closing from now on are dropped; recorded events are kept.
+  void stop() noexcept { detail::trace_on.store(false, std::memory_order_relaxed); }
+  bool enabled() const noexcept { return detail::trace_on.load(std::memory_order_relaxed); }
+
+  /// Drops every recorded event (does not stop tracing).
+  void clear() {
+    std::lock_guard lock(mu_);
+    for (const auto& buffer : buffers_) {
+      std::lock_guard buffer_lock(buffer->mu);
+      buffer->events.clear();  // keeps its capacity: a warm buffer for the next run
+    }
+    // A buffer only the collector holds belongs to a thread that has exited.
+    std::erase_if(buffers_, [](const std::shared_ptr<detail::trace_buffer>& b) { return b.use_count() == 1; });
+  }
+
+  /// The recorded events of every thread, sorted by (device, tid, ts, longer first).
+  std::vector<trace_event> events() const { return snapshot().events; }
+
+  /// Chrome trace event JSON: {"traceEvents": [...], "displayTimeUnit": "ms"}.
+  void write_chrome_json(std::ostream& os) const {
+    const std::string text = chrome_json();
+    os.write(text.data(), static_cast<std::streamsize>(text.size()));
+  }
+
+  /// The same into a file (replaced). Throws xshard::error if it cannot be written.
+  void write_chrome_json(const std::string& path) const {
+    const std::string text = chrome_json();
+    std::ofstream file(path, std::ios::binary | std::ios::trunc);
+    if (!file) throw error("xshard: cannot open trace file \"" + path + "\" for writing");
+    file.write(text.data(), static_cast<std::streamsize>(text.size()));
+    file.close();
+    if (!file) throw error("xshard: cannot write trace file \"" + path + "\"");
+  }
+
+  /// The JSON text write_chrome_json() writes.
+  std::string chrome_json() const {
+    const trace_snapshot snap = snapshot();
+    std::string out;
+    out.reserve(256 + snap.events.size() * 128);
+    out += "{\"traceEvents\":[";
+    bool first = true;
+    const auto next = [&] {
+      out += first ? "\n" : ",\n";
+      first = false;
+    };
+    // Metadata: each device seen is a process, each (device, thread) a thread.
+    std::set<int> devices;
+    std::set<std::pair<int, std::uint32_t>> threads;
+    for (const trace_event& e : snap.events) {
+      devices.insert(e.device);
+      threads.emplace(e.device, e.tid);
+    }
+    const auto metadata = [&](std::string_view name, int pid, std::uint32_t tid, std::string_view arg) {
+      next();
+      out += "{\"name\":";
+      detail::append_json_string(out, name);
+      out += ",\"ph\":\"M\",\"pid\":";
+      detail::append_int(out, pid);
+      out += ",\"tid\":";
+      detail::append_int(out, tid);
+      out += ",\"args\":{";
+      out += arg;
+      out += "}}";
+    };
+    for (const int d : devices) {
+      std::string arg = "\"name\":";
+      detail::append_json_string(arg, "device " + std::to_string(d));
+      metadata("process_name", d, 0, arg);
+      arg = "\"sort_index\":";
+      detail::append_int(arg, d);
+      metadata("process_sort_index", d, 0, arg);
+    }
+    for (const auto& [d, tid] : threads) {
+      const auto named = snap.thread_names.find(tid);
+      std::string arg = "\"name\":";
+      detail::append_json_string(arg,
+                                 named != snap.thread_names.end() ? named->second : "thread " + std::to_string(tid));
+      metadata("thread_name", d, tid, arg);
+      arg = "\"sort_index\":";
+      detail::append_int(arg, tid);
+      metadata("thread_sort_index", d, tid, arg);
+    }
+    for (const trace_event& e : snap.events) {
+      next();
+      out += "{\"name\":";
+      detail::append_json_string(out, e.name);
+      out += ",\"cat\":\"xshard\",\"ph\":\"X\",\"ts\":";
+      detail::append_us(out, e.ts_ns);
+      out += ",\"dur\":";
+      detail::append_us(out, e.dur_ns);
+      out += ",\"pid\":";
+      detail::append_int(out, e.device);
+      out += ",\"tid\":";
+      detail::append_int(out, e.tid);
+      out += ",\"args\":{";
+      for (std::size_t i = 0; i < e.args.size(); ++i) {
+        if (i) out += ',';
+        detail::append_json_string(out, e.args[i].key);
+        out += ':';
+        detail::append_json_value(out, e.args[i].value);
+      }
+      out += "}}";
+    }
+    out += "\n],\"displayTimeUnit\":\"ms\"}\n";
+    return out;
+  }
+
+ private:
+  friend std::shared_ptr<detail::trace_buffer>& detail::trace_local_buffer();
+  friend void detail::trace_write_at_exit() noexcept;
+  friend bool detail::trace_to_file_at_exit(const char* path);
+
+  struct trace_snapshot {
+    std::vector<trace_event> events;
+    std::map<std::uint32_t, std::string> thread_names;
+  };
+
+  tracer() : epoch_ns_(detail::trace_now_ns()) {}
+
+  std::shared_ptr<detail::trace_buffer> register_thread() {
+    auto buffer = std::make_shared<detail::trace_buffer>();
+    buffer->events.reserve(256);
+    std::lock_guard lock(mu_);
+    buffer->tid = next_tid_++;
+    buffers_.push_back(buffer);
+    return buffer;
+  }
+
+  trace_snapshot snapshot() const {
+    std::vector<std::shared_ptr<detail::trace_buffer>> buffers;
+    {
+      std::lock_guard lock(mu_);
+      buffers = buffers_;
+    }
+    trace_snapshot snap;
+    for (const auto& buffer : buffers) {
+      std::lock_guard lock(buffer->mu);
+      snap.events.insert(snap.events.end(), buffer->events.begin(), buffer->events.end());
+      if (!buffer->thread_name.empty()) snap.thread_names.emplace(buffer->tid, buffer->thread_name);
+    }
+    for (trace_event& e : snap.events) e.ts_ns -= epoch_ns_;
+    std::stable_sort(snap.events.begin(), snap.events.end(), [](const trace_event& a, const trace_event& b) {
+      return std::tuple(a.device, a.tid, a.ts_ns, b.dur_ns) < std::tuple(b.device, b.tid, b.ts_ns, a.dur_ns);
+    });
+    return snap;
+  }
+
+  mutable std::mutex mu_;  // guards buffers_ and next_tid_
+  std::vector<std::shared_ptr<detail::trace_buffer>> buffers_;
+  std::uint32_t next_tid_ = 1;
+  std::int64_t epoch_ns_;
+  std::string exit_path_;  // XSHARD_TRACE
+};
+
+namespace detail {
+
+/// The calling thread's buffer, registered with the collector on first use.
+inline std::shared_ptr<trace_buffer>& trace_local_buffer() {
+  trace_thread_state& state = trace_local();
+  if (!state.buffer) state.buffer = tracer::instance().register_thread();
+  return state.buffer;
+}
+
+}  // namespace detail
+
+/// Names the calling thread in the trace ("thread <tid>" otherwise).
+inline void set_trace_thread_name(std::string_view name) {
+  const std::shared_ptr<detail::trace_buffer>& buffer = detail::trace_local_buffer();
+  std::lock_guard lock(buffer->mu);
+  buffer->thread_name.assign(name);
+}
+
+/// The device the calling thread's scopes are attributed to (0 by default).
+inline int current_trace_device() noexcept { return detail::trace_device; }
+
+/// RAII: scopes opened by this thread while it lives belong to `device`;
+/// restores the previous device on exit. Nests.
+class trace_device_scope {
+ public:
+  explicit trace_device_scope(int device) noexcept : previous_(detail::trace_device) { detail::trace_device = device; }
+  ~trace_device_scope() { detail::trace_device = previous_; }
+  trace_device_scope(const trace_device_scope&) = delete;
+  trace_device_scope& operator=(const trace_device_scope&) = delete;
+
+ private:
+  int previous_;
+};
+
+/// RAII: one complete event from construction to destruction (when tracing
+/// is on at both). Give it a name: `xshard::trace_me t("x");` — an unnamed
+/// temporary would close at once (the constructor is [[nodiscard]]).
+/// Not copyable or movable. Never throws (if recording fails for lack of
+/// memory, the event is silently dropped).
+class trace_me {
+ public:
+  [[nodiscard]] explicit trace_me(std::string_view name) noexcept {
+    if (detail::trace_on.load(std::memory_order_relaxed)) [[unlikely]]
+      begin(name, {});
+  }
+  /// With args: `xshard::trace_me t("scan/iter", {{"i", i}, {"mode", "fast"}});`
+  [[nodiscard]] trace_me(std::string_view name, std::initializer_list<trace_arg_view> args) noexcept {
+    if (detail::trace_on.load(std::memory_order_relaxed)) [[unlikely]]
+      begin(name, args);
+  }
+  ~trace_me() {
+    if (slot_ >= 0) [[unlikely]]
+      end();
+  }
+  trace_me(const trace_me&) = delete;
+  trace_me& operator=(const trace_me&) = delete;
+
+  /// Adds an arg to the open event (nothing when this scope is not recording).
+  template <class T>
+  trace_me& arg(std::string_view key, const T& value) noexcept {
+    if (slot_ >= 0) [[unlikely]]
+      add(trace_arg_view(key, value));
+    return *this;
+  }
+
+  /// True if this scope is being recorded.
+  bool recording() const noexcept { return slot_ >= 0; }
+
+ private:
+  void begin(std::string_view name, std::initializer_list<trace_arg_view> args) noexcept {
+    try {
+      detail::trace_local_buffer();
+      detail::trace_thread_state& state = detail::trace_local();
+      if (state.depth == state.open.size()) state.open.emplace_back();
+      detail::trace_open_scope& scope = state.open[state.depth];
+      scope.name.assign(name);
+      scope.device = detail::trace_device;
+      scope.done = false;
+      scope.args.clear();
+      for (const trace_arg_view& a : args) scope.args.push_back(a.to_arg());
+      slot_ = static_cast<std::ptrdiff_t>(state.depth++);
+      scope.begin_ns = detail::trace_now_ns();  // last: the event excludes this bookkeeping
+    } catch (...) {
+      slot_ = -1;
+    }
+  }
+
+  void add(const trace_arg_view& a) noexcept {
+    try {
+      detail::trace_local().open[static_cast<std::size_t>(slot_)].args.push_back(a.to_arg());
+    } catch (...) {
+    }
+  }
+
+  void end() noexcept {
+    const std::int64_t end_ns = detail::trace_now_ns();  // first: the event excludes this bookkeeping
+    detail::trace_thread_state& state = detail::trace_local();
+    detail::trace_open_scope& scope = state.open[static_cast<std::size_t>(slot_)];
+    if (detail::trace_on.load(std::memory_order_relaxed)) {
+      try {
+        detail::trace_buffer& buffer = *state.buffer;
+        trace_event event{std::move(scope.name), scope.begin_ns, end_ns - scope.begin_ns,
+                          scope.device,          buffer.tid,     std::move(scope.args)};
+        std::lock_guard lock(buffer.mu);
+        buffer.events.push_back(std::move(event));
+      } catch (...) {
+      }
+    }
+    scope.done = true;
+    while (state.depth > 0 && state.open[state.depth - 1].done) --state.depth;
+    slot_ = -1;
+  }
+
+  std::ptrdiff_t slot_ = -1;  // index in the thread's open scopes, -1 when not recording
+};
+
+// XSHARD_TRACE ------------------------------------------------------------------
+
+namespace detail {
+
+/// The atexit handler of XSHARD_TRACE: stop and write the file.
+inline void trace_write_at_exit() noexcept {
+  tracer& t = tracer::instance();
+  t.stop();
+  std::string path;
+  {
+    std::lock_guard lock(t.mu_);
+    path = t.exit_path_;
+  }
+  try {
+    t.write_chrome_json(path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xshard: XSHARD_TRACE: %s\n", e.what());
+  }
+}
+
+/// Starts tracing and arranges for the trace to be written to `path` at exit
+/// (what XSHARD_TRACE=path does at start-up). A null or empty path does nothing.
+/// Returns whether tracing was started.
+inline bool trace_to_file_at_exit(const char* path) {
+  if (path == nullptr || *path == '\0') return false;
+  static std::atomic<bool> registered{false};
+  tracer& t = tracer::instance();
+  {
+    std::lock_guard lock(t.mu_);
+    t.exit_path_ = path;
+  }
+  if (!registered.exchange(true)) std::atexit(+[] { trace_write_at_exit(); });
+  t.start();
+  return true;
+}
+
+inline const bool trace_env_started = trace_to_file_at_exit(std::getenv("XSHARD_TRACE"));
+
+}  // namespace detail
+
+}  // namespace xshard
