@@ -19,6 +19,7 @@
 #include "mesh/hybrid.hpp"
 #include "mesh/mesh.hpp"
 #include "mesh/topology.hpp"
+#include "nn/composite.hpp"
 #include "nn/layer.hpp"
 #include "nn/linear.hpp"
 #include "scan/scan.hpp"

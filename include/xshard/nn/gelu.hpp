@@ -1,0 +1,220 @@
+// xshard/nn/gelu.hpp - the composites xshard.gelu and xshard.gelu_backward
+// (version 1, attribute approximate = "none" | "tanh"), as
+// torch.nn.functional.gelu defines them:
+//
+//   none: y  = x/2 * (1 + erf(x / sqrt 2))
+//         dx = g * (1/2 (1 + erf(x / sqrt 2)) + x exp(-x^2/2) / sqrt(2 pi))
+//   tanh: u  = sqrt(2/pi) (x + 0.044715 x^3),  t = tanh u
+//         y  = x/2 * (1 + t)
+//         dx = g * (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2))
+//
+// e.g. gelu(1) = 0.8413447460685429 (none), 0.8411919906082768 (tanh).
+// The decomposition is that formula as one xtensor expression (xt::erf,
+// xt::tanh, xt::exp, evaluated element by element); the kernel is the same
+// formula on xsimd batches, one pass over contiguous data. Which runs is
+// composite_policy's choice for "gelu" / "gelu_backward" unless a
+// composite_mode is passed. Both propagate NaN; gelu(+inf) = +inf, and
+// gelu(-inf) is NaN (-inf * 0), as the formula (and torch's) gives.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <xtensor/xmath.hpp>  // xt::erf, xt::tanh, xt::exp
+
+#include "composite_policy.hpp"
+#include "composite_support.hpp"
+
+namespace xshard {
+
+/// The `approximate` attribute of xshard.gelu.
+enum class gelu_approximate : std::uint8_t { none, tanh };
+
+constexpr std::string_view to_string(gelu_approximate a) { return a == gelu_approximate::none ? "none" : "tanh"; }
+
+/// "none" or "tanh"; anything else throws xshard::error naming it.
+inline gelu_approximate parse_gelu_approximate(std::string_view s) {
+  if (s == "none") return gelu_approximate::none;
+  if (s == "tanh") return gelu_approximate::tanh;
+  throw error("xshard: gelu: unknown approximate '" + std::string(s) + "' (expected \"none\" or \"tanh\")");
+}
+
+namespace detail {
+
+template <class T>
+struct gelu_constants {
+  static constexpr T half = T(0.5);
+  static constexpr T one = T(1);
+  static constexpr T sqrt1_2 = T(0.70710678118654752440);       // 1 / sqrt 2
+  static constexpr T beta = T(0.79788456080286535588);          // sqrt(2 / pi)
+  static constexpr T kappa = T(0.044715);                       //
+  static constexpr T three_kappa = T(3 * 0.044715);             //
+  static constexpr T inv_sqrt_2pi = T(0.39894228040143267794);  // 1 / sqrt(2 pi)
+};
+
+// ---- decomposition: primitive xtensor expressions -------------------------
+
+template <class R, class X>
+R gelu_decomposition(const X& x, gelu_approximate a) {
+  using T = typename R::value_type;
+  using c = gelu_constants<T>;
+  if (a == gelu_approximate::none) return R(c::half * x * (c::one + xt::erf(x * c::sqrt1_2)));
+  return R(c::half * x * (c::one + xt::tanh(c::beta * (x + c::kappa * (x * x * x)))));
+}
+
+template <class R, class G, class X>
+R gelu_backward_decomposition(const G& g, const X& x, gelu_approximate a) {
+  using T = typename R::value_type;
+  using c = gelu_constants<T>;
+  if (a == gelu_approximate::none) {
+    auto cdf = c::half * (c::one + xt::erf(x * c::sqrt1_2));
+    auto pdf = xt::exp(-c::half * (x * x)) * c::inv_sqrt_2pi;
+    return R(g * (cdf + x * pdf));
+  }
+  // Evaluated once: tanh is used twice.
+  const R t = xt::tanh(c::beta * (x + c::kappa * (x * x * x)));
+  auto left_derivative = c::half * (c::one + t);
+  auto right_derivative = (c::one - t * t) * (c::beta * (c::one + c::three_kappa * (x * x)));
+  return R(g * (left_derivative + (c::half * x) * right_derivative));
+}
+
+// ---- fused kernel: the same formulas on xsimd batches ---------------------
+
+/// erf(u) and exp(-u^2) on a batch. For float this is xsimd 8.1's erf
+/// algorithm (its erf_kernel polynomials: erf1 below |u| = 2/3,
+/// 1 - exp(-u^2) erfc2 above) with both ranges evaluated and selected per
+/// lane instead of behind `any()` branches, and exp(-u^2) handed back: the
+/// backward's Gaussian density is the same exponential, so the fused
+/// backward computes it once. Double uses xsimd::erf and xsimd::exp.
+template <class T>
+std::pair<batch_t<T>, batch_t<T>> erf_and_gauss(const batch_t<T>& u) {
+  using B = batch_t<T>;
+  const B x = xsimd::abs(u);
+  const B gauss = xsimd::exp(-(x * x));
+  if constexpr (std::is_same_v<T, float>) {
+    using poly = xsimd::kernel::detail::erf_kernel<B>;  // xsimd 8.1 internals
+    const B small = u * poly::erf1(x * x);
+    const B z = x / (B(1.f) + x) - B(0.4f);
+    B large = B(1.f) - gauss * poly::erfc2(z);
+    large = xsimd::select(u < B(0.f), -large, large);
+    const B r = xsimd::select(x < B(2.f / 3.f), small, large);
+    return {xsimd::select(xsimd::isinf(u), xsimd::sign(u), r), gauss};
+  } else {
+    return {xsimd::erf(u), gauss};
+  }
+}
+
+template <class T>
+batch_t<T> erf_batch(const batch_t<T>& u) {
+  if constexpr (std::is_same_v<T, float>)
+    return erf_and_gauss<T>(u).first;
+  else
+    return xsimd::erf(u);
+}
+
+template <class T>
+void gelu_kernel(const T* x, T* y, std::size_t n, gelu_approximate a) {
+  using c = gelu_constants<T>;
+  using B = batch_t<T>;
+  if (a == gelu_approximate::none) {
+    simd_map<T>(
+        n, y, [](const B& v) { return B(c::half) * v * (B(c::one) + erf_batch<T>(v * B(c::sqrt1_2))); }, x);
+  } else {
+    simd_map<T>(
+        n, y,
+        [](const B& v) {
+          return B(c::half) * v * (B(c::one) + xsimd::tanh(B(c::beta) * (v + B(c::kappa) * (v * v * v))));
+        },
+        x);
+  }
+}
+
+template <class T>
+void gelu_backward_kernel(const T* g, const T* x, T* dx, std::size_t n, gelu_approximate a) {
+  using c = gelu_constants<T>;
+  using B = batch_t<T>;
+  if (a == gelu_approximate::none) {
+    simd_map<T>(
+        n, dx,
+        [](const B& gv, const B& v) {
+          // exp(-u^2) with u = x / sqrt 2 is exp(-x^2 / 2): shared by erf and the density.
+          const auto [erf, gauss] = erf_and_gauss<T>(v * B(c::sqrt1_2));
+          const B cdf = B(c::half) * (B(c::one) + erf);
+          const B pdf = gauss * B(c::inv_sqrt_2pi);
+          return gv * (cdf + v * pdf);
+        },
+        g, x);
+  } else {
+    simd_map<T>(
+        n, dx,
+        [](const B& gv, const B& v) {
+          const B t = xsimd::tanh(B(c::beta) * (v + B(c::kappa) * (v * v * v)));
+          const B left_derivative = B(c::half) * (B(c::one) + t);
+          const B right_derivative = (B(c::one) - t * t) * (B(c::beta) * (B(c::one) + B(c::three_kappa) * (v * v)));
+          return gv * (left_derivative + (B(c::half) * v) * right_derivative);
+        },
+        g, x);
+  }
+}
+
+}  // namespace detail
+
+/// xshard.gelu with an explicit mode. x: any rank, float or double.
+template <class E>
+detail::composite_result_t<E> gelu(const E& x, gelu_approximate approximate, composite_mode mode) {
+  using T = detail::composite_value_t<E>;
+  static_assert(detail::composite_real_v<T>, "xshard::gelu(x) requires x's value_type to be float or double");
+  using R = detail::composite_result_t<E>;
+  std::optional<R> keep;
+  const R& xc = detail::contiguous<R>(x, keep);
+  if (mode == composite_mode::decompose) return detail::gelu_decomposition<R>(xc, approximate);
+  R y = R::from_shape(xc.shape());
+  detail::gelu_kernel<T>(xc.data(), y.data(), xc.size(), approximate);
+  return y;
+}
+
+/// xshard.gelu, mode chosen by composite_policy ("gelu").
+template <class E>
+detail::composite_result_t<E> gelu(const E& x, gelu_approximate approximate = gelu_approximate::none) {
+  return gelu(x, approximate, composite_policy::get(composite_id::gelu));
+}
+template <class E>
+detail::composite_result_t<E> gelu(const E& x, std::string_view approximate) {
+  return gelu(x, parse_gelu_approximate(approximate));
+}
+
+/// xshard.gelu_backward with an explicit mode: the gradient w.r.t. x of
+/// gelu(x), given the output gradient `grad` (same shape as x).
+template <class G, class E>
+detail::composite_result_t<E> gelu_backward(const G& grad, const E& x, gelu_approximate approximate,
+                                            composite_mode mode) {
+  using T = detail::composite_value_t<E>;
+  static_assert(detail::composite_real_v<T>,
+                "xshard::gelu_backward(grad, x) requires x's value_type to be float or double");
+  static_assert(std::is_same_v<detail::composite_value_t<G>, T>,
+                "xshard::gelu_backward(grad, x) requires grad and x to have the same value_type");
+  using R = detail::composite_result_t<E>;
+  std::optional<R> keep_x, keep_g;
+  const R& xc = detail::contiguous<R>(x, keep_x);
+  detail::require_same_shape(grad, xc, "gelu_backward", "grad", "x");
+  const R& gc = detail::contiguous<R>(grad, keep_g);
+  if (mode == composite_mode::decompose) return detail::gelu_backward_decomposition<R>(gc, xc, approximate);
+  R dx = R::from_shape(xc.shape());
+  detail::gelu_backward_kernel<T>(gc.data(), xc.data(), dx.data(), xc.size(), approximate);
+  return dx;
+}
+
+/// xshard.gelu_backward, mode chosen by composite_policy ("gelu_backward").
+template <class G, class E>
+detail::composite_result_t<E> gelu_backward(const G& grad, const E& x,
+                                            gelu_approximate approximate = gelu_approximate::none) {
+  return gelu_backward(grad, x, approximate, composite_policy::get(composite_id::gelu_backward));
+}
+template <class G, class E>
+detail::composite_result_t<E> gelu_backward(const G& grad, const E& x, std::string_view approximate) {
+  return gelu_backward(grad, x, parse_gelu_approximate(approximate));
+}
+
+}  // namespace xshard

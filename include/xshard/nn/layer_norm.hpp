@@ -1,0 +1,335 @@
+// xshard/nn/layer_norm.hpp - the composites xshard.layer_norm (version 1,
+// attribute eps) and xshard.layer_norm_backward (version 1), normalised over
+// the last dim (torch's layer_norm with normalized_shape = [x.shape[-1]]):
+//
+//   mean = mean_last(x),  rstd = 1 / sqrt(mean_last((x - mean)^2) + eps)
+//   xhat = (x - mean) * rstd,  y = xhat * weight + bias   (weight, bias optional)
+//
+// Backward, with g' = g * weight (g without a weight) and n the last extent:
+//   dx      = rstd * (g' - mean_last(g') - xhat * mean_last(g' * xhat))
+//   dweight = sum over rows of g * xhat,  dbias = sum over rows of g
+//
+// layer_norm returns y with the saved mean and rstd (x's shape with the last
+// extent 1) that layer_norm_backward takes. The variance is the biased one
+// and is computed from the deviations (two passes), never as E[x^2] - E[x]^2,
+// so rows far from zero (1e4 + noise in float) keep their precision.
+// The decomposition is xt::mean, xt::sqrt and broadcasting arithmetic, each
+// evaluated; the kernel does a row in three passes (sum; squared deviations;
+// write), the backward in two per row, with xsimd along the row.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <xtensor/xmath.hpp>     // xt::sqrt
+#include <xtensor/xreducer.hpp>  // xt::mean, xt::sum
+#include <xtensor/xstrided_view.hpp>
+
+#include "composite_policy.hpp"
+#include "composite_support.hpp"
+
+namespace xshard {
+
+/// layer_norm's output and what its backward needs.
+template <class R>
+struct layer_norm_result {
+  R output;
+  R mean;  ///< x's shape with the last extent 1
+  R rstd;  ///< 1 / sqrt(var + eps), same shape as mean
+};
+
+/// layer_norm_backward's gradients. `weight` and `bias` have the last
+/// extent of x (the gradients of an affine weight and bias, whether or not
+/// the forward had them).
+template <class R>
+struct layer_norm_gradients {
+  using value_type = typename R::value_type;
+  R input;
+  xt::xtensor<value_type, 1> weight;
+  xt::xtensor<value_type, 1> bias;
+};
+
+namespace detail {
+
+template <class T>
+struct layer_norm_params {
+  const T* weight = nullptr;  // last extent, or null
+  const T* bias = nullptr;
+};
+
+template <class S>
+S stats_shape(const S& shape) {
+  S s = shape;
+  s[s.size() - 1] = 1;
+  return s;
+}
+
+// ---- decomposition ----------------------------------------------------------
+
+template <class R, class X, class W, class B>
+layer_norm_result<R> layer_norm_decomposition(const X& x, const W* weight, const B* bias, typename R::value_type eps) {
+  using T = typename R::value_type;
+  const std::array<std::size_t, 1> ax{x.dimension() - 1};
+  R mean = xt::mean(x, ax, keep_dims_now);
+  const R centred = x - mean;
+  const R var = xt::mean(centred * centred, ax, keep_dims_now);
+  R rstd = T(1) / xt::sqrt(var + eps);
+  R y = centred * rstd;
+  if (weight) y *= *weight;
+  if (bias) y += *bias;
+  return {std::move(y), std::move(mean), std::move(rstd)};
+}
+
+template <class R, class G, class X, class W>
+layer_norm_gradients<R> layer_norm_backward_decomposition(const G& g, const X& x, const R& mean, const R& rstd,
+                                                          const W* weight) {
+  const std::size_t n = x.shape()[x.dimension() - 1];
+  const std::array<std::size_t, 1> ax{x.dimension() - 1};
+  const R xhat = (x - mean) * rstd;
+  const R gw = weight ? R(g * *weight) : R(g);
+  const R a = xt::mean(gw, ax, keep_dims_now);
+  const R b = xt::mean(gw * xhat, ax, keep_dims_now);
+  layer_norm_gradients<R> out;
+  out.input = rstd * (gw - a - xhat * b);
+  const std::size_t rows = n ? x.size() / n : 0;
+  const std::array<std::size_t, 2> mat{rows, n};
+  const std::array<std::size_t, 1> first{0};
+  const R gx = g * xhat;
+  out.weight = xt::sum(xt::reshape_view(gx, mat), first, xt::evaluation_strategy::immediate);
+  out.bias = xt::sum(xt::reshape_view(g, mat), first, xt::evaluation_strategy::immediate);
+  return out;
+}
+
+// ---- fused kernel -----------------------------------------------------------
+
+template <class T>
+void layer_norm_kernel(const T* x, T* y, T* mean_out, T* rstd_out, std::size_t rows, std::size_t n,
+                       layer_norm_params<T> p, T eps) {
+  using B = batch_t<T>;
+  constexpr std::size_t L = B::size;
+  const std::size_t full = n - n % L;
+  const std::size_t r = n - full;
+  const T inv_n = T(1) / static_cast<T>(n);
+  for (std::size_t row = 0; row < rows; ++row) {
+    const T* xr = x + row * n;
+    T* yr = y + row * n;
+    B acc(T(0));
+    for (std::size_t j = 0; j < full; j += L) acc += B::load_unaligned(xr + j);
+    if (r) acc += load_partial(xr + full, r, T(0));
+    const T mean = xsimd::hadd(acc) / static_cast<T>(n);
+    const B m(mean);
+    B sq(T(0));
+    for (std::size_t j = 0; j < full; j += L) {
+      const B d = B::load_unaligned(xr + j) - m;
+      sq = xsimd::fma(d, d, sq);
+    }
+    if (r) {
+      const B d = load_partial(xr + full, r, mean) - m;  // padding contributes 0
+      sq = xsimd::fma(d, d, sq);
+    }
+    const T rstd = T(1) / std::sqrt(xsimd::hadd(sq) * inv_n + eps);
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+    const B s(rstd);
+    auto affine = [&](const B& v, std::size_t j, bool tail) {
+      B out = (v - m) * s;
+      if (p.weight) out = out * (tail ? load_partial(p.weight + j, r, T(0)) : B::load_unaligned(p.weight + j));
+      if (p.bias) out = out + (tail ? load_partial(p.bias + j, r, T(0)) : B::load_unaligned(p.bias + j));
+      return out;
+    };
+    for (std::size_t j = 0; j < full; j += L) affine(B::load_unaligned(xr + j), j, false).store_unaligned(yr + j);
+    if (r) store_partial(yr + full, r, affine(load_partial(xr + full, r, T(0)), full, true));
+  }
+}
+
+template <class T>
+void layer_norm_backward_kernel(const T* g, const T* x, const T* mean, const T* rstd, const T* weight, T* dx, T* dw,
+                                T* db, std::size_t rows, std::size_t n) {
+  using B = batch_t<T>;
+  constexpr std::size_t L = B::size;
+  const std::size_t full = n - n % L;
+  const std::size_t r = n - full;
+  std::fill(dw, dw + n, T(0));
+  std::fill(db, db + n, T(0));
+  for (std::size_t row = 0; row < rows; ++row) {
+    const T* gr = g + row * n;
+    const T* xr = x + row * n;
+    T* dxr = dx + row * n;
+    const B m(mean[row]), s(rstd[row]);
+    // Pass 1: the two row means and the parameter gradients.
+    B sa(T(0)), sb(T(0));
+    auto accumulate = [&](const B& gv, const B& xv, std::size_t j, bool tail) {
+      const B xhat = (xv - m) * s;
+      const B gw = weight ? gv * (tail ? load_partial(weight + j, r, T(0)) : B::load_unaligned(weight + j)) : gv;
+      sa += gw;
+      sb += gw * xhat;
+      if (tail) {
+        store_partial(dw + j, r, load_partial(dw + j, r, T(0)) + gv * xhat);
+        store_partial(db + j, r, load_partial(db + j, r, T(0)) + gv);
+      } else {
+        (B::load_unaligned(dw + j) + gv * xhat).store_unaligned(dw + j);
+        (B::load_unaligned(db + j) + gv).store_unaligned(db + j);
+      }
+    };
+    for (std::size_t j = 0; j < full; j += L)
+      accumulate(B::load_unaligned(gr + j), B::load_unaligned(xr + j), j, false);
+    if (r) accumulate(load_partial(gr + full, r, T(0)), load_partial(xr + full, r, T(0)), full, true);
+    const B a(xsimd::hadd(sa) / static_cast<T>(n)), b(xsimd::hadd(sb) / static_cast<T>(n));
+    // Pass 2: the input gradient.
+    auto input_grad = [&](const B& gv, const B& xv, std::size_t j, bool tail) {
+      const B xhat = (xv - m) * s;
+      const B gw = weight ? gv * (tail ? load_partial(weight + j, r, T(0)) : B::load_unaligned(weight + j)) : gv;
+      return s * (gw - a - xhat * b);
+    };
+    for (std::size_t j = 0; j < full; j += L)
+      input_grad(B::load_unaligned(gr + j), B::load_unaligned(xr + j), j, false).store_unaligned(dxr + j);
+    if (r)
+      store_partial(dxr + full, r,
+                    input_grad(load_partial(gr + full, r, T(0)), load_partial(xr + full, r, T(0)), full, true));
+  }
+}
+
+template <class R, class V>
+const xt::xtensor<typename R::value_type, 1>* affine_param(const V* v,
+                                                           std::optional<xt::xtensor<typename R::value_type, 1>>& keep,
+                                                           std::size_t n, const char* op, const char* what) {
+  using P = xt::xtensor<typename R::value_type, 1>;
+  if (!v) return nullptr;
+  if (v->dimension() != 1 || v->size() != n)
+    throw error(std::string("xshard: ") + op + ": " + what + " has shape " + shape_text(v->shape()) +
+                " but the last dim of x has extent " + std::to_string(n));
+  return &contiguous<P>(*v, keep);
+}
+
+template <class E, class W, class Bi>
+layer_norm_result<composite_result_t<E>> layer_norm_impl(const E& x, const W* weight, const Bi* bias, double eps,
+                                                         composite_mode mode) {
+  using T = composite_value_t<E>;
+  static_assert(composite_real_v<T>, "xshard::layer_norm(x) requires x's value_type to be float or double");
+  static_assert(tensor_rank_v<E> != 0, "xshard::layer_norm(x) requires x to have rank >= 1");
+  using R = composite_result_t<E>;
+  using P = xt::xtensor<T, 1>;
+  std::optional<R> keep;
+  const R& xc = contiguous<R>(x, keep);
+  if (xc.dimension() == 0) throw error("xshard: layer_norm: x has rank 0; it normalises over the last dim");
+  const std::size_t n = xc.shape()[xc.dimension() - 1];
+  std::optional<P> keep_w, keep_b;
+  const P* w = affine_param<R>(weight, keep_w, n, "layer_norm", "weight");
+  const P* b = affine_param<R>(bias, keep_b, n, "layer_norm", "bias");
+  const auto sshape = stats_shape(xc.shape());
+  if (xc.size() == 0) {
+    R nan = R::from_shape(sshape);
+    nan.fill(std::numeric_limits<T>::quiet_NaN());
+    return {R::from_shape(xc.shape()), nan, nan};
+  }
+  if (mode == composite_mode::decompose) return layer_norm_decomposition<R>(xc, w, b, static_cast<T>(eps));
+  layer_norm_result<R> out{R::from_shape(xc.shape()), R::from_shape(sshape), R::from_shape(sshape)};
+  layer_norm_params<T> p{w ? w->data() : nullptr, b ? b->data() : nullptr};
+  layer_norm_kernel<T>(xc.data(), out.output.data(), out.mean.data(), out.rstd.data(), xc.size() / n, n, p,
+                       static_cast<T>(eps));
+  return out;
+}
+
+template <class G, class E, class M, class S, class W>
+layer_norm_gradients<composite_result_t<E>> layer_norm_backward_impl(const G& grad_y, const E& x, const M& mean,
+                                                                     const S& rstd, const W* weight,
+                                                                     composite_mode mode) {
+  using T = composite_value_t<E>;
+  static_assert(composite_real_v<T>,
+                "xshard::layer_norm_backward(grad_y, x, mean, rstd) requires x's value_type to be float or double");
+  static_assert(std::is_same_v<composite_value_t<G>, T>,
+                "xshard::layer_norm_backward(grad_y, x, ...) requires grad_y and x to have the same value_type");
+  using R = composite_result_t<E>;
+  using P = xt::xtensor<T, 1>;
+  std::optional<R> keep_x, keep_g, keep_m, keep_s;
+  const R& xc = contiguous<R>(x, keep_x);
+  if (xc.dimension() == 0) throw error("xshard: layer_norm_backward: x has rank 0; it normalises over the last dim");
+  require_same_shape(grad_y, xc, "layer_norm_backward", "grad_y", "x");
+  const R& gc = contiguous<R>(grad_y, keep_g);
+  const auto sshape = stats_shape(xc.shape());
+  const R sref = R::from_shape(sshape);
+  require_same_shape(mean, sref, "layer_norm_backward", "mean", "x's shape with the last extent 1");
+  require_same_shape(rstd, sref, "layer_norm_backward", "rstd", "x's shape with the last extent 1");
+  const R& mc = contiguous<R>(mean, keep_m);
+  const R& sc = contiguous<R>(rstd, keep_s);
+  const std::size_t n = xc.shape()[xc.dimension() - 1];
+  std::optional<P> keep_w;
+  const P* w = affine_param<R>(weight, keep_w, n, "layer_norm_backward", "weight");
+  if (xc.size() == 0) {
+    layer_norm_gradients<R> out{R::from_shape(xc.shape()), P::from_shape({n}), P::from_shape({n})};
+    out.weight.fill(T(0));
+    out.bias.fill(T(0));
+    return out;
+  }
+  if (mode == composite_mode::decompose) return layer_norm_backward_decomposition<R>(gc, xc, mc, sc, w);
+  layer_norm_gradients<R> out{R::from_shape(xc.shape()), P::from_shape({n}), P::from_shape({n})};
+  layer_norm_backward_kernel<T>(gc.data(), xc.data(), mc.data(), sc.data(), w ? w->data() : nullptr, out.input.data(),
+                                out.weight.data(), out.bias.data(), xc.size() / n, n);
+  return out;
+}
+
+template <class W>
+concept layer_norm_param =
+    !std::is_arithmetic_v<std::remove_cvref_t<W>> && !std::is_same_v<std::remove_cvref_t<W>, composite_mode>;
+
+using no_param = xt::xtensor<double, 1>;
+
+}  // namespace detail
+
+/// xshard.layer_norm over the last dim, without weight and bias, with an
+/// explicit mode.
+template <class E>
+layer_norm_result<detail::composite_result_t<E>> layer_norm(const E& x, double eps, composite_mode mode) {
+  return detail::layer_norm_impl(x, static_cast<const detail::no_param*>(nullptr),
+                                 static_cast<const detail::no_param*>(nullptr), eps, mode);
+}
+/// xshard.layer_norm without weight and bias, mode chosen by composite_policy ("layer_norm").
+template <class E>
+layer_norm_result<detail::composite_result_t<E>> layer_norm(const E& x, double eps = 1e-5) {
+  return layer_norm(x, eps, composite_policy::get(composite_id::layer_norm));
+}
+/// xshard.layer_norm with weight and bias (1-D, the last extent of x), explicit mode.
+template <class E, detail::layer_norm_param W, detail::layer_norm_param Bi>
+layer_norm_result<detail::composite_result_t<E>> layer_norm(const E& x, const W& weight, const Bi& bias, double eps,
+                                                            composite_mode mode) {
+  return detail::layer_norm_impl(x, &weight, &bias, eps, mode);
+}
+/// xshard.layer_norm with weight and bias, mode chosen by composite_policy ("layer_norm").
+template <class E, detail::layer_norm_param W, detail::layer_norm_param Bi>
+layer_norm_result<detail::composite_result_t<E>> layer_norm(const E& x, const W& weight, const Bi& bias,
+                                                            double eps = 1e-5) {
+  return layer_norm(x, weight, bias, eps, composite_policy::get(composite_id::layer_norm));
+}
+
+/// xshard.layer_norm_backward (no weight in the forward), explicit mode.
+/// mean and rstd are what layer_norm returned.
+template <class G, class E, class M, class S>
+layer_norm_gradients<detail::composite_result_t<E>> layer_norm_backward(const G& grad_y, const E& x, const M& mean,
+                                                                        const S& rstd, composite_mode mode) {
+  return detail::layer_norm_backward_impl(grad_y, x, mean, rstd, static_cast<const detail::no_param*>(nullptr), mode);
+}
+/// xshard.layer_norm_backward (no weight), mode chosen by composite_policy ("layer_norm_backward").
+template <class G, class E, class M, class S>
+layer_norm_gradients<detail::composite_result_t<E>> layer_norm_backward(const G& grad_y, const E& x, const M& mean,
+                                                                        const S& rstd) {
+  return layer_norm_backward(grad_y, x, mean, rstd, composite_policy::get(composite_id::layer_norm_backward));
+}
+/// xshard.layer_norm_backward with the forward's weight, explicit mode.
+template <class G, class E, class M, class S, detail::layer_norm_param W>
+layer_norm_gradients<detail::composite_result_t<E>> layer_norm_backward(const G& grad_y, const E& x, const M& mean,
+                                                                        const S& rstd, const W& weight,
+                                                                        composite_mode mode) {
+  return detail::layer_norm_backward_impl(grad_y, x, mean, rstd, &weight, mode);
+}
+/// xshard.layer_norm_backward with the forward's weight, mode chosen by composite_policy.
+template <class G, class E, class M, class S, detail::layer_norm_param W>
+layer_norm_gradients<detail::composite_result_t<E>> layer_norm_backward(const G& grad_y, const E& x, const M& mean,
+                                                                        const S& rstd, const W& weight) {
+  return layer_norm_backward(grad_y, x, mean, rstd, weight, composite_policy::get(composite_id::layer_norm_backward));
+}
+
+}  // namespace xshard

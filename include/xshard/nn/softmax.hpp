@@ -1,0 +1,214 @@
+// xshard/nn/softmax.hpp - the composites xshard.softmax and
+// xshard.softmax_backward (version 1, attribute dim, default -1 = last):
+//
+//   y  = exp(x - max_dim x) / sum_dim exp(x - max_dim x)
+//   dx = y * (g - sum_dim(g * y))
+//
+// Subtracting the max keeps large inputs finite (softmax of {1000, 1000} is
+// {0.5, 0.5}). A row holding NaN or +inf gives NaN, as torch does.
+// The decomposition is xt::amax, xt::exp, xt::sum and a division, each
+// evaluated; the kernel does a row in three passes (max; exp and sum;
+// scale) with xsimd along the row when `dim` is the last non-trivial dim,
+// and along the trailing dims (one batch of columns at a time) otherwise.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <xtensor/xmath.hpp>     // xt::exp
+#include <xtensor/xreducer.hpp>  // xt::sum, xt::amax, xt::keep_dims
+
+#include "composite_policy.hpp"
+#include "composite_support.hpp"
+
+namespace xshard {
+
+namespace detail {
+
+// ---- decomposition ----------------------------------------------------------
+
+template <class R, class X>
+R softmax_decomposition(const X& x, std::size_t axis) {
+  const std::array<std::size_t, 1> ax{axis};
+  const R m = xt::amax(x, ax, keep_dims_now);
+  const R e = xt::exp(x - m);
+  const R s = xt::sum(e, ax, keep_dims_now);
+  return R(e / s);
+}
+
+template <class R, class G, class Y>
+R softmax_backward_decomposition(const G& g, const Y& y, std::size_t axis) {
+  const std::array<std::size_t, 1> ax{axis};
+  const R dot = xt::sum(g * y, ax, keep_dims_now);
+  return R(y * (g - dot));
+}
+
+// ---- fused kernel -----------------------------------------------------------
+
+/// Softmax of one contiguous row of length k.
+template <class T>
+void softmax_row(const T* x, T* y, std::size_t k) {
+  using B = batch_t<T>;
+  constexpr std::size_t L = B::size;
+  constexpr T ninf = -std::numeric_limits<T>::infinity();
+  const std::size_t full = k - k % L;
+  B vmax(ninf);
+  for (std::size_t j = 0; j < full; j += L) vmax = xsimd::max(vmax, B::load_unaligned(x + j));
+  if (full < k) vmax = xsimd::max(vmax, load_partial(x + full, k - full, ninf));
+  const B m(reduce_max(vmax));
+  B vsum(T(0));
+  for (std::size_t j = 0; j < full; j += L) {
+    const B e = xsimd::exp(B::load_unaligned(x + j) - m);
+    e.store_unaligned(y + j);
+    vsum += e;
+  }
+  if (full < k) {
+    // Padding is -inf: exp(-inf - m) = 0 for finite m (else the row is NaN anyway).
+    const B e = xsimd::exp(load_partial(x + full, k - full, ninf) - m);
+    store_partial(y + full, k - full, e);
+    vsum += e;
+  }
+  const B s(xsimd::hadd(vsum));
+  for (std::size_t j = 0; j < full; j += L) (B::load_unaligned(y + j) / s).store_unaligned(y + j);
+  if (full < k) store_partial(y + full, k - full, load_partial(y + full, k - full, T(1)) / s);
+}
+
+/// Softmax along a strided dim: `r` (<= lanes) adjacent columns starting at
+/// x, the dim's elements `stride` apart.
+template <class T>
+void softmax_columns(const T* x, T* y, std::size_t k, std::size_t stride, std::size_t r) {
+  using B = batch_t<T>;
+  constexpr T ninf = -std::numeric_limits<T>::infinity();
+  const bool full = r == B::size;
+  auto ld = [&](const T* p, T pad) { return full ? B::load_unaligned(p) : load_partial(p, r, pad); };
+  auto st = [&](T* p, const B& v) { full ? v.store_unaligned(p) : store_partial(p, r, v); };
+  B m(ninf);
+  for (std::size_t j = 0; j < k; ++j) m = xsimd::max(m, ld(x + j * stride, ninf));
+  B s(T(0));
+  for (std::size_t j = 0; j < k; ++j) {
+    const B e = xsimd::exp(ld(x + j * stride, ninf) - m);
+    st(y + j * stride, e);
+    s += e;
+  }
+  for (std::size_t j = 0; j < k; ++j) st(y + j * stride, ld(y + j * stride, T(1)) / s);
+}
+
+template <class T>
+void softmax_kernel(const T* x, T* y, axis_split sp) {
+  constexpr std::size_t L = lanes_v<T>;
+  const std::size_t k = sp.extent, in = sp.inner;
+  for (std::size_t o = 0; o < sp.outer; ++o) {
+    const T* xo = x + o * k * in;
+    T* yo = y + o * k * in;
+    if (in == 1) {
+      softmax_row(xo, yo, k);
+    } else {
+      for (std::size_t i = 0; i < in; i += L) softmax_columns(xo + i, yo + i, k, in, std::min(L, in - i));
+    }
+  }
+}
+
+template <class T>
+void softmax_backward_row(const T* g, const T* y, T* dx, std::size_t k) {
+  using B = batch_t<T>;
+  constexpr std::size_t L = B::size;
+  const std::size_t full = k - k % L;
+  B vdot(T(0));
+  for (std::size_t j = 0; j < full; j += L) vdot += B::load_unaligned(g + j) * B::load_unaligned(y + j);
+  if (full < k) vdot += load_partial(g + full, k - full, T(0)) * load_partial(y + full, k - full, T(0));
+  const B dot(xsimd::hadd(vdot));
+  for (std::size_t j = 0; j < full; j += L) {
+    const B yv = B::load_unaligned(y + j);
+    (yv * (B::load_unaligned(g + j) - dot)).store_unaligned(dx + j);
+  }
+  if (full < k) {
+    const B yv = load_partial(y + full, k - full, T(0));
+    store_partial(dx + full, k - full, yv * (load_partial(g + full, k - full, T(0)) - dot));
+  }
+}
+
+template <class T>
+void softmax_backward_columns(const T* g, const T* y, T* dx, std::size_t k, std::size_t stride, std::size_t r) {
+  using B = batch_t<T>;
+  const bool full = r == B::size;
+  auto ld = [&](const T* p) { return full ? B::load_unaligned(p) : load_partial(p, r, T(0)); };
+  B dot(T(0));
+  for (std::size_t j = 0; j < k; ++j) dot += ld(g + j * stride) * ld(y + j * stride);
+  for (std::size_t j = 0; j < k; ++j) {
+    const B v = ld(y + j * stride) * (ld(g + j * stride) - dot);
+    full ? v.store_unaligned(dx + j * stride) : store_partial(dx + j * stride, r, v);
+  }
+}
+
+template <class T>
+void softmax_backward_kernel(const T* g, const T* y, T* dx, axis_split sp) {
+  constexpr std::size_t L = lanes_v<T>;
+  const std::size_t k = sp.extent, in = sp.inner;
+  for (std::size_t o = 0; o < sp.outer; ++o) {
+    const std::size_t off = o * k * in;
+    if (in == 1) {
+      softmax_backward_row(g + off, y + off, dx + off, k);
+    } else {
+      for (std::size_t i = 0; i < in; i += L)
+        softmax_backward_columns(g + off + i, y + off + i, dx + off + i, k, in, std::min(L, in - i));
+    }
+  }
+}
+
+}  // namespace detail
+
+/// xshard.softmax along `dim` (negative counts from the end) with an
+/// explicit mode. x: rank >= 1, float or double.
+template <class E>
+detail::composite_result_t<E> softmax(const E& x, std::ptrdiff_t dim, composite_mode mode) {
+  using T = detail::composite_value_t<E>;
+  static_assert(detail::composite_real_v<T>, "xshard::softmax(x) requires x's value_type to be float or double");
+  static_assert(tensor_rank_v<E> != 0, "xshard::softmax(x) requires x to have rank >= 1");
+  using R = detail::composite_result_t<E>;
+  std::optional<R> keep;
+  const R& xc = detail::contiguous<R>(x, keep);
+  const std::size_t axis = detail::normalize_dim(dim, xc.dimension(), "softmax");
+  if (xc.size() == 0) return R::from_shape(xc.shape());
+  if (mode == composite_mode::decompose) return detail::softmax_decomposition<R>(xc, axis);
+  R y = R::from_shape(xc.shape());
+  detail::softmax_kernel<T>(xc.data(), y.data(), detail::split_at(xc.shape(), axis));
+  return y;
+}
+
+/// xshard.softmax, mode chosen by composite_policy ("softmax").
+template <class E>
+detail::composite_result_t<E> softmax(const E& x, std::ptrdiff_t dim = -1) {
+  return softmax(x, dim, composite_policy::get(composite_id::softmax));
+}
+
+/// xshard.softmax_backward with an explicit mode: the gradient w.r.t. the
+/// input of softmax, from the output gradient and the output y = softmax(x).
+template <class G, class Y>
+detail::composite_result_t<Y> softmax_backward(const G& grad_y, const Y& y, std::ptrdiff_t dim, composite_mode mode) {
+  using T = detail::composite_value_t<Y>;
+  static_assert(detail::composite_real_v<T>,
+                "xshard::softmax_backward(grad_y, y) requires y's value_type to be float or double");
+  static_assert(std::is_same_v<detail::composite_value_t<G>, T>,
+                "xshard::softmax_backward(grad_y, y) requires grad_y and y to have the same value_type");
+  static_assert(tensor_rank_v<Y> != 0, "xshard::softmax_backward(grad_y, y) requires y to have rank >= 1");
+  using R = detail::composite_result_t<Y>;
+  std::optional<R> keep_y, keep_g;
+  const R& yc = detail::contiguous<R>(y, keep_y);
+  detail::require_same_shape(grad_y, yc, "softmax_backward", "grad_y", "y");
+  const R& gc = detail::contiguous<R>(grad_y, keep_g);
+  const std::size_t axis = detail::normalize_dim(dim, yc.dimension(), "softmax_backward");
+  if (yc.size() == 0) return R::from_shape(yc.shape());
+  if (mode == composite_mode::decompose) return detail::softmax_backward_decomposition<R>(gc, yc, axis);
+  R dx = R::from_shape(yc.shape());
+  detail::softmax_backward_kernel<T>(gc.data(), yc.data(), dx.data(), detail::split_at(yc.shape(), axis));
+  return dx;
+}
+
+/// xshard.softmax_backward, mode chosen by composite_policy ("softmax_backward").
+template <class G, class Y>
+detail::composite_result_t<Y> softmax_backward(const G& grad_y, const Y& y, std::ptrdiff_t dim = -1) {
+  return softmax_backward(grad_y, y, dim, composite_policy::get(composite_id::softmax_backward));
+}
+
+}  // namespace xshard

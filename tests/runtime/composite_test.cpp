@@ -1,0 +1,564 @@
+// Composite ops (xshard.gelu, softmax, layer_norm and their backwards): the
+// fused kernel against the decomposition, both against hand-checked values
+// and finite differences, and the policy and registry that choose between them.
+//
+// Tolerance, kernel vs decomposition. Both evaluate the same formula, but
+// xsimd's erf/tanh/exp and glibc's round differently (a few ulp), and
+// reductions add in a different order. Elementwise ops:
+//   |kernel - decomposition| <= tol * (|decomposition| + |operand|)
+// with tol = 1e-6 (float, ~8 ulp) and 1e-13 (double), and operand = x for
+// gelu, grad for gelu_backward. A plain relative bound cannot hold: where the
+// formula cancels (1 + erf(x/sqrt 2) for x << 0, 1 - tanh^2 for large |x|)
+// both sides carry the same absolute rounding, one ulp of the operand, on a
+// result far smaller than it. Row reductions (softmax, layer_norm):
+//   |kernel - decomposition| <= tol_row * (|decomposition| + row scale)
+// with tol_row = 1e-5 (float) and 1e-12 (double): a sum of n terms rounds at
+// up to ~n eps / 2 in the worst case, and rows here reach 1003 elements.
+// NaN must meet NaN; infinities must be equal. Results below the smallest
+// normal number may differ by that much: xsimd's exp flushes subnormal
+// results to zero where glibc returns them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+#include <xshard/nn/composite.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xmanipulation.hpp>  // xt::transpose
+#include <xtensor/xview.hpp>
+
+namespace {
+
+using xshard::composite_mode;
+using xshard::gelu_approximate;
+
+template <class T>
+constexpr T elementwise_tol = std::is_same_v<T, float> ? T(1e-6) : T(1e-13);
+template <class T>
+constexpr T row_tol = std::is_same_v<T, float> ? T(1e-5) : T(1e-12);
+
+template <class T, class S>
+xt::xtensor<T, std::tuple_size_v<S>> random_tensor(const S& shape, double scale, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> nd(0.0, scale);
+  auto t = xt::xtensor<T, std::tuple_size_v<S>>::from_shape(shape);
+  for (auto& v : t) v = static_cast<T>(nd(rng));
+  return t;
+}
+
+/// Checks |k - d| <= tol * (|d| + scale_i) element by element.
+template <class K, class D, class Scale>
+void expect_close(const K& k, const D& d, double tol, Scale scale, const std::string& what) {
+  ASSERT_EQ(k.size(), d.size()) << what;
+  ASSERT_TRUE(std::equal(k.shape().begin(), k.shape().end(), d.shape().begin())) << what;
+  int failures = 0;
+  for (std::size_t i = 0; i < k.size() && failures < 5; ++i) {
+    const double kv = k.data()[i], dv = d.data()[i];
+    if (std::isnan(dv) || std::isinf(dv)) {
+      if (std::isnan(dv) ? !std::isnan(kv) : kv != dv) {
+        ADD_FAILURE() << what << " at " << i << ": kernel " << kv << ", decomposition " << dv;
+        ++failures;
+      }
+      continue;
+    }
+    using value_type = typename K::value_type;
+    const double bound = tol * (std::abs(dv) + scale(i)) + double(std::numeric_limits<value_type>::min());
+    if (!(std::abs(kv - dv) <= bound)) {
+      ADD_FAILURE() << what << " at " << i << ": kernel " << kv << ", decomposition " << dv << ", bound " << bound;
+      ++failures;
+    }
+  }
+}
+
+const std::vector<std::size_t> odd_sizes{0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 1003};
+const std::vector<double> magnitudes{1e-3, 1.0, 4.0, 30.0, 1e3};
+
+template <class T>
+class CompositeTyped : public ::testing::Test {};
+using real_types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(CompositeTyped, real_types);
+
+// ---- gelu -------------------------------------------------------------------
+
+TEST(CompositeGelu, HandCheckedValues) {
+  // erf form: x/2 (1 + erf(x / sqrt 2)); tanh form: x/2 (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))).
+  const xt::xtensor<double, 1> x{1.0, -1.0, 0.0, 2.0};
+  const xt::xtensor<double, 1> none{0.8413447460685429, -0.15865525393145707, 0.0, 1.9544997361036416};
+  const xt::xtensor<double, 1> tanh{0.8411919906082768, -0.15880800939172324, 0.0, 1.954597694087775};
+  for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {
+    const auto yn = xshard::gelu(x, gelu_approximate::none, m);
+    const auto yt = xshard::gelu(x, gelu_approximate::tanh, m);
+    const xt::xtensor<float, 1> xf = xt::cast<float>(x);
+    const auto yf = xshard::gelu(xf, gelu_approximate::none, m);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      EXPECT_NEAR(yn(i), none(i), 1e-15) << xshard::to_string(m) << " x=" << x(i);
+      EXPECT_NEAR(yt(i), tanh(i), 1e-15) << xshard::to_string(m) << " x=" << x(i);
+      EXPECT_NEAR(yf(i), none(i), 2e-7) << xshard::to_string(m) << " x=" << x(i);
+    }
+  }
+  // The attribute as torch spells it.
+  EXPECT_NEAR(xshard::gelu(x, "tanh")(0), 0.8411919906082768, 1e-15);
+  EXPECT_NEAR(xshard::gelu(x, "none")(0), 0.8413447460685429, 1e-15);
+}
+
+TEST(CompositeGelu, UnknownApproximateIsAnErrorNamingIt) {
+  const xt::xtensor<float, 1> x{1.0f};
+  try {
+    (void)xshard::gelu(x, "erf");
+    FAIL() << "no error";
+  } catch (const xshard::error& e) {
+    EXPECT_NE(std::string(e.what()).find("'erf'"), std::string::npos) << e.what();
+  }
+}
+
+TYPED_TEST(CompositeTyped, GeluKernelMatchesDecomposition) {
+  using T = TypeParam;
+  unsigned seed = 1;
+  for (gelu_approximate a : {gelu_approximate::none, gelu_approximate::tanh})
+    for (double mag : magnitudes)
+      for (std::size_t n : odd_sizes) {
+        const auto x = random_tensor<T>(std::array<std::size_t, 1>{n}, mag, seed++);
+        const auto g = random_tensor<T>(std::array<std::size_t, 1>{n}, 1.0, seed++);
+        const std::string what =
+            std::string(xshard::to_string(a)) + " n=" + std::to_string(n) + " magnitude=" + std::to_string(mag);
+        expect_close(
+            xshard::gelu(x, a, composite_mode::kernel), xshard::gelu(x, a, composite_mode::decompose),
+            elementwise_tol<T>, [&](std::size_t i) { return std::abs(double(x(i))); }, "gelu " + what);
+        expect_close(
+            xshard::gelu_backward(g, x, a, composite_mode::kernel),
+            xshard::gelu_backward(g, x, a, composite_mode::decompose), elementwise_tol<T>,
+            [&](std::size_t i) { return std::abs(double(g(i))); }, "gelu_backward " + what);
+      }
+}
+
+TYPED_TEST(CompositeTyped, GeluNonFiniteValues) {
+  using T = TypeParam;
+  constexpr T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+  // Nine values: the tenth lane of a batch is a tail in every width.
+  const xt::xtensor<T, 1> x{nan, inf, -inf, T(0), T(1), nan, T(-1), inf, T(2)};
+  const xt::xtensor<T, 1> g = xt::ones<T>({9});
+  for (gelu_approximate a : {gelu_approximate::none, gelu_approximate::tanh}) {
+    const auto k = xshard::gelu(x, a, composite_mode::kernel);
+    const auto d = xshard::gelu(x, a, composite_mode::decompose);
+    for (const auto* y : {&k, &d}) {
+      EXPECT_TRUE(std::isnan((*y)(0)));
+      EXPECT_EQ((*y)(1), inf);
+      EXPECT_TRUE(std::isnan((*y)(2)));  // -inf * (1 + -1), as the formula (and torch's) gives
+      EXPECT_TRUE(std::isnan((*y)(5)));
+      EXPECT_EQ((*y)(7), inf);
+    }
+    expect_close(
+        k, d, elementwise_tol<T>, [&](std::size_t i) { return std::abs(double(x(i))); }, "gelu non-finite");
+    expect_close(
+        xshard::gelu_backward(g, x, a, composite_mode::kernel),
+        xshard::gelu_backward(g, x, a, composite_mode::decompose), elementwise_tol<T>, [](std::size_t) { return 1.0; },
+        "gelu_backward non-finite");
+    EXPECT_TRUE(std::isnan(xshard::gelu_backward(g, x, a, composite_mode::kernel)(0)));
+  }
+}
+
+TEST(CompositeGelu, BackwardMatchesFiniteDifferences) {
+  const auto x = random_tensor<double>(std::array<std::size_t, 2>{3, 37}, 2.0, 11);
+  const auto g = random_tensor<double>(std::array<std::size_t, 2>{3, 37}, 1.0, 12);
+  const double h = 1e-6;
+  for (gelu_approximate a : {gelu_approximate::none, gelu_approximate::tanh})
+    for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {
+      const auto dx = xshard::gelu_backward(g, x, a, m);
+      const xt::xtensor<double, 2> fd =
+          g * (xshard::gelu(xt::xtensor<double, 2>(x + h), a, m) - xshard::gelu(xt::xtensor<double, 2>(x - h), a, m)) /
+          (2 * h);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        EXPECT_NEAR(dx.data()[i], fd.data()[i], 1e-8 * (1 + std::abs(fd.data()[i])))
+            << xshard::to_string(a) << ' ' << xshard::to_string(m) << " at " << i;
+    }
+}
+
+TEST(CompositeGelu, AnyRankXarrayAndNonContiguousInput) {
+  const auto x3 = random_tensor<float>(std::array<std::size_t, 3>{2, 3, 5}, 1.0, 3);
+  const auto y3 = xshard::gelu(x3);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(y3)>, xt::xtensor<float, 3>>);
+  const xt::xarray<float> xa = x3;
+  const auto ya = xshard::gelu(xa);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(ya)>, xt::xarray<float>>);
+  EXPECT_EQ(ya, xt::xarray<float>(y3));
+  // A transposed view is evaluated to a contiguous temporary first.
+  const auto yt = xshard::gelu(xt::transpose(x3));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(yt)>, xt::xtensor<float, 3>>);
+  EXPECT_EQ(yt, (xt::xtensor<float, 3>(xt::transpose(y3))));
+  // Rank 0.
+  const xt::xtensor<double, 0> s(1.0);
+  EXPECT_NEAR(xshard::gelu(s)(), 0.8413447460685429, 1e-15);
+  // Mismatched grad.
+  EXPECT_THROW((void)xshard::gelu_backward(xt::xtensor<float, 1>::from_shape({4}), x3), xshard::error);
+}
+
+// ---- softmax ----------------------------------------------------------------
+
+template <class T, std::size_t N>
+double row_scale_max(const xt::xtensor<T, N>& y) {
+  double m = 0;
+  for (auto v : y)
+    if (std::isfinite(double(v))) m = std::max(m, std::abs(double(v)));
+  return m;
+}
+
+TYPED_TEST(CompositeTyped, SoftmaxKernelMatchesDecomposition) {
+  using T = TypeParam;
+  unsigned seed = 100;
+  const std::vector<std::array<std::size_t, 3>> shapes{{1, 1, 1}, {2, 3, 1},  {2, 3, 17},   {1, 4, 1003},
+                                                       {3, 7, 5}, {2, 33, 9}, {1, 1000, 3}, {4, 2, 0}};
+  for (double mag : magnitudes)
+    for (const auto& shape : shapes)
+      for (std::ptrdiff_t dim : {-1, 0, 1, 2}) {
+        const auto x = random_tensor<T>(shape, mag, seed++);
+        const auto g = random_tensor<T>(shape, 1.0, seed++);
+        const std::string what = "shape " + xshard::detail::shape_text(shape) + " dim " + std::to_string(dim) +
+                                 " magnitude " + std::to_string(mag);
+        const auto k = xshard::softmax(x, dim, composite_mode::kernel);
+        const auto d = xshard::softmax(x, dim, composite_mode::decompose);
+        expect_close(
+            k, d, row_tol<T>, [](std::size_t) { return 0.0; }, "softmax " + what);
+        const auto bk = xshard::softmax_backward(g, d, dim, composite_mode::kernel);
+        const auto bd = xshard::softmax_backward(g, d, dim, composite_mode::decompose);
+        const double scale = row_scale_max(bd) + 1;
+        expect_close(
+            bk, bd, row_tol<T>, [&](std::size_t) { return scale; }, "softmax_backward " + what);
+      }
+}
+
+TYPED_TEST(CompositeTyped, SoftmaxRowsSumToOneAndLargeInputsStayFinite) {
+  using T = TypeParam;
+  for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {
+    const auto x = random_tensor<T>(std::array<std::size_t, 2>{6, 37}, 5.0, 7);
+    const auto y = xshard::softmax(x, -1, m);
+    for (std::size_t r = 0; r < 6; ++r) {
+      double s = 0;
+      for (std::size_t j = 0; j < 37; ++j) {
+        EXPECT_GE(y(r, j), T(0));
+        s += y(r, j);
+      }
+      EXPECT_NEAR(s, 1.0, 37 * double(std::numeric_limits<T>::epsilon())) << xshard::to_string(m);
+    }
+    // 1000 would overflow exp; subtracting the max keeps it exact.
+    const xt::xtensor<T, 2> big{{T(1000), T(1000)}, {T(1000), T(-1000)}};
+    const auto yb = xshard::softmax(big, -1, m);
+    EXPECT_EQ(yb(0, 0), T(0.5));
+    EXPECT_EQ(yb(0, 1), T(0.5));
+    EXPECT_EQ(yb(1, 0), T(1));
+    EXPECT_EQ(yb(1, 1), T(0));
+    // -inf entries get 0; a row with NaN or +inf is NaN (as torch).
+    constexpr T inf = std::numeric_limits<T>::infinity();
+    const xt::xtensor<T, 2> nf{{T(0), -inf, T(0), T(1), T(2)},
+                               {T(0), std::numeric_limits<T>::quiet_NaN(), T(1), T(2), T(3)},
+                               {T(0), inf, T(1), T(2), T(3)}};
+    const auto yn = xshard::softmax(nf, -1, m);
+    EXPECT_EQ(yn(0, 1), T(0));
+    EXPECT_TRUE(std::isfinite(yn(0, 4)));
+    for (std::size_t j = 0; j < 5; ++j) EXPECT_TRUE(std::isnan(yn(1, j))) << j;
+    EXPECT_TRUE(std::isnan(yn(2, 1)));
+  }
+}
+
+TEST(CompositeSoftmax, BackwardMatchesFiniteDifferences) {
+  // loss = sum(w * softmax(x, dim)); its gradient is softmax_backward(w, y).
+  const std::array<std::size_t, 3> shape{2, 5, 7};
+  const auto x = random_tensor<double>(shape, 2.0, 21);
+  const auto w = random_tensor<double>(shape, 1.0, 22);
+  const double h = 1e-6;
+  for (std::ptrdiff_t dim : {-1, 1, 0})
+    for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {
+      const auto dx = xshard::softmax_backward(w, xshard::softmax(x, dim, m), dim, m);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        auto xp = x, xm = x;
+        xp.data()[i] += h;
+        xm.data()[i] -= h;
+        const double fd =
+            (xt::sum(w * xshard::softmax(xp, dim, m))() - xt::sum(w * xshard::softmax(xm, dim, m))()) / (2 * h);
+        EXPECT_NEAR(dx.data()[i], fd, 1e-8) << "dim " << dim << ' ' << xshard::to_string(m) << " at " << i;
+      }
+    }
+}
+
+TEST(CompositeSoftmax, BadDimAndShapeAreErrors) {
+  const xt::xtensor<float, 2> x = xt::zeros<float>({2, 3});
+  try {
+    (void)xshard::softmax(x, 2);
+    FAIL() << "no error";
+  } catch (const xshard::error& e) {
+    EXPECT_NE(std::string(e.what()).find("dim 2 is out of range for a tensor of rank 2"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)xshard::softmax(x, -3), xshard::error);
+  EXPECT_THROW((void)xshard::softmax(xt::xarray<float>(1.0f)), xshard::error);  // rank 0
+  EXPECT_THROW((void)xshard::softmax_backward(xt::xtensor<float, 2>::from_shape({3, 2}), x), xshard::error);
+}
+
+// ---- layer_norm -------------------------------------------------------------
+
+TYPED_TEST(CompositeTyped, LayerNormKernelMatchesDecomposition) {
+  using T = TypeParam;
+  unsigned seed = 300;
+  for (double mag : magnitudes)
+    for (std::size_t n : odd_sizes) {
+      if (n == 0) continue;
+      for (bool affine : {false, true}) {
+        const std::array<std::size_t, 3> shape{2, 3, n};
+        auto x = random_tensor<T>(shape, mag, seed++);
+        x += T(mag);  // rows away from zero: the variance must come from deviations
+        const auto w = random_tensor<T>(std::array<std::size_t, 1>{n}, 1.0, seed++);
+        const auto b = random_tensor<T>(std::array<std::size_t, 1>{n}, 1.0, seed++);
+        const auto g = random_tensor<T>(shape, 1.0, seed++);
+        const std::string what =
+            "n=" + std::to_string(n) + " magnitude=" + std::to_string(mag) + (affine ? " affine" : "");
+        const auto k = affine ? xshard::layer_norm(x, w, b, 1e-5, composite_mode::kernel)
+                              : xshard::layer_norm(x, 1e-5, composite_mode::kernel);
+        const auto d = affine ? xshard::layer_norm(x, w, b, 1e-5, composite_mode::decompose)
+                              : xshard::layer_norm(x, 1e-5, composite_mode::decompose);
+        const double out_scale = row_scale_max(d.output) + 1;
+        expect_close(
+            k.output, d.output, row_tol<T>, [&](std::size_t) { return out_scale; }, "layer_norm output " + what);
+        expect_close(
+            k.mean, d.mean, row_tol<T>, [&](std::size_t) { return mag; }, "layer_norm mean " + what);
+        expect_close(
+            k.rstd, d.rstd, row_tol<T>, [](std::size_t) { return 0.0; }, "layer_norm rstd " + what);
+        const auto bk = affine ? xshard::layer_norm_backward(g, x, d.mean, d.rstd, w, composite_mode::kernel)
+                               : xshard::layer_norm_backward(g, x, d.mean, d.rstd, composite_mode::kernel);
+        const auto bd = affine ? xshard::layer_norm_backward(g, x, d.mean, d.rstd, w, composite_mode::decompose)
+                               : xshard::layer_norm_backward(g, x, d.mean, d.rstd, composite_mode::decompose);
+        const double in_scale = (row_scale_max(bd.input) + 1) * (1 + 1 / double(d.rstd(0, 0, 0)));
+        expect_close(
+            bk.input, bd.input, row_tol<T>, [&](std::size_t) { return in_scale; }, "layer_norm dx " + what);
+        const double p_scale = row_scale_max(bd.weight) + row_scale_max(bd.bias) + 1;
+        expect_close(
+            bk.weight, bd.weight, row_tol<T>, [&](std::size_t) { return p_scale; }, "layer_norm dweight " + what);
+        expect_close(
+            bk.bias, bd.bias, row_tol<T>, [&](std::size_t) { return p_scale; }, "layer_norm dbias " + what);
+      }
+    }
+}
+
+TYPED_TEST(CompositeTyped, LayerNormRowsHaveMeanZeroVarianceOne) {
+  using T = TypeParam;
+  const std::size_t n = 257;
+  auto x = random_tensor<T>(std::array<std::size_t, 2>{5, n}, 3.0, 41);
+  x += T(100);
+  const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
+  for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {
+    const auto r = xshard::layer_norm(x, 0.0, m);
+    EXPECT_EQ(r.mean.shape(), (std::array<std::size_t, 2>{5, 1}));
+    EXPECT_EQ(r.rstd.shape(), (std::array<std::size_t, 2>{5, 1}));
+    for (std::size_t i = 0; i < 5; ++i) {
+      double s = 0, s2 = 0, xs = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        s += r.output(i, j);
+        s2 += double(r.output(i, j)) * r.output(i, j);
+        xs += x(i, j);
+      }
+      EXPECT_NEAR(s / n, 0.0, tol) << xshard::to_string(m);
+      EXPECT_NEAR(s2 / n, 1.0, tol) << xshard::to_string(m);
+      EXPECT_NEAR(r.mean(i, 0), xs / n, 100 * tol) << xshard::to_string(m);
+    }
+  }
+}
+
+TEST(CompositeLayerNorm, BackwardMatchesFiniteDifferences) {
+  // loss = sum(c * layer_norm(x, w, b)); gradients w.r.t. x, w and b.
+  const std::array<std::size_t, 3> shape{2, 3, 9};
+  const auto x = random_tensor<double>(shape, 2.0, 51);
+  const auto c = random_tensor<double>(shape, 1.0, 52);
+  const auto w = random_tensor<double>(std::array<std::size_t, 1>{9}, 1.0, 53);
+  const auto b = random_tensor<double>(std::array<std::size_t, 1>{9}, 1.0, 54);
+  const double h = 1e-6, eps = 1e-5;
+  for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {
+    auto loss = [&](const auto& xx, const auto& ww, const auto& bb) {
+      return xt::sum(c * xshard::layer_norm(xx, ww, bb, eps, m).output)();
+    };
+    const auto fwd = xshard::layer_norm(x, w, b, eps, m);
+    const auto grads = xshard::layer_norm_backward(c, x, fwd.mean, fwd.rstd, w, m);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      auto xp = x, xm = x;
+      xp.data()[i] += h;
+      xm.data()[i] -= h;
+      EXPECT_NEAR(grads.input.data()[i], (loss(xp, w, b) - loss(xm, w, b)) / (2 * h), 1e-7)
+          << xshard::to_string(m) << " dx " << i;
+    }
+    for (std::size_t j = 0; j < 9; ++j) {
+      auto wp = w, wm = w, bp = b, bm = b;
+      wp(j) += h;
+      wm(j) -= h;
+      bp(j) += h;
+      bm(j) -= h;
+      EXPECT_NEAR(grads.weight(j), (loss(x, wp, b) - loss(x, wm, b)) / (2 * h), 1e-7) << "dweight " << j;
+      EXPECT_NEAR(grads.bias(j), (loss(x, w, bp) - loss(x, w, bm)) / (2 * h), 1e-7) << "dbias " << j;
+    }
+    // Without a weight, dx is the weight-free formula.
+    const auto plain = xshard::layer_norm(x, eps, m);
+    const auto g0 = xshard::layer_norm_backward(c, x, plain.mean, plain.rstd, m);
+    auto plain_loss = [&](const auto& xx) { return xt::sum(c * xshard::layer_norm(xx, eps, m).output)(); };
+    for (std::size_t i = 0; i < x.size(); i += 5) {
+      auto xp = x, xm = x;
+      xp.data()[i] += h;
+      xm.data()[i] -= h;
+      EXPECT_NEAR(g0.input.data()[i], (plain_loss(xp) - plain_loss(xm)) / (2 * h), 1e-7) << "no weight dx " << i;
+    }
+  }
+}
+
+TEST(CompositeLayerNorm, ShapeErrorsNameTheOperand) {
+  const xt::xtensor<float, 2> x = xt::ones<float>({2, 4});
+  const xt::xtensor<float, 1> w = xt::ones<float>({5});
+  const xt::xtensor<float, 1> b = xt::zeros<float>({4});
+  try {
+    (void)xshard::layer_norm(x, w, b);
+    FAIL() << "no error";
+  } catch (const xshard::error& e) {
+    EXPECT_NE(std::string(e.what()).find("weight has shape (5) but the last dim of x has extent 4"), std::string::npos)
+        << e.what();
+  }
+  const auto r = xshard::layer_norm(x);
+  try {
+    (void)xshard::layer_norm_backward(x, x, xt::xtensor<float, 1>::from_shape({2}), r.rstd);
+    FAIL() << "no error";
+  } catch (const xshard::error& e) {
+    EXPECT_NE(std::string(e.what()).find("mean has shape (2)"), std::string::npos) << e.what();
+  }
+  // xarray in, xarray out; saved stats keep the rank.
+  const auto ra = xshard::layer_norm(xt::xarray<double>(xt::ones<double>({3, 2, 4})));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(ra.output)>, xt::xarray<double>>);
+  EXPECT_EQ(ra.mean.shape(), (std::vector<std::size_t>{3, 2, 1}));
+}
+
+// ---- policy and registry ----------------------------------------------------
+
+std::string error_text(auto&& f) {
+  try {
+    f();
+  } catch (const xshard::error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(CompositePolicy, ParsesTheEnvironmentFormat) {
+  const auto s =
+      xshard::parse_composite_policy("gelu:kernel, softmax:decompose,,xshard.layer_norm_backward:decompose ");
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].ids, std::vector{xshard::composite_id::gelu});
+  EXPECT_EQ(s[0].mode, composite_mode::kernel);
+  EXPECT_EQ(s[1].ids, std::vector{xshard::composite_id::softmax});
+  EXPECT_EQ(s[1].mode, composite_mode::decompose);
+  EXPECT_EQ(s[2].ids, std::vector{xshard::composite_id::layer_norm_backward});
+  EXPECT_TRUE(xshard::parse_composite_policy("").empty());
+  const auto all = xshard::parse_composite_policy("all:decompose");
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].ids.size(), xshard::composite_count);
+}
+
+TEST(CompositePolicy, ParseErrorsNameTheOffender) {
+  const std::string op = error_text([] { (void)xshard::parse_composite_policy("gelu:kernel,gleu:decompose"); });
+  EXPECT_NE(op.find("XSHARD_COMPOSITES: unknown composite 'gleu' in \"gleu:decompose\""), std::string::npos) << op;
+  EXPECT_NE(op.find("known: gelu, gelu_backward, softmax"), std::string::npos) << op;
+  const std::string mode = error_text([] { (void)xshard::parse_composite_policy("softmax:fast"); });
+  EXPECT_NE(mode.find("unknown mode 'fast' for composite 'softmax'"), std::string::npos) << mode;
+  EXPECT_NE(mode.find("(modes: kernel, decompose)"), std::string::npos) << mode;
+  const std::string entry = error_text([] { (void)xshard::parse_composite_policy("gelu"); });
+  EXPECT_NE(entry.find("entry \"gelu\" is not \"op:mode\""), std::string::npos) << entry;
+  const std::string set = error_text([] { xshard::composite_policy::set("softmx", composite_mode::kernel); });
+  EXPECT_NE(set.find("unknown composite 'softmx'"), std::string::npos) << set;
+  EXPECT_THROW(xshard::composite_policy::apply("gelu:slow"), xshard::error);
+}
+
+TEST(CompositePolicy, SetScopedAndReset) {
+  if (std::getenv("XSHARD_COMPOSITES")) GTEST_SKIP() << "XSHARD_COMPOSITES is set";
+  using xshard::composite_id;
+  using xshard::composite_policy;
+  composite_policy::reset();
+  EXPECT_EQ(composite_policy::get(composite_id::gelu), xshard::default_composite_mode);
+  EXPECT_EQ(composite_policy::source(composite_id::gelu), xshard::composite_source::default_);
+  EXPECT_EQ(xshard::default_composite_mode, composite_mode::kernel);
+  composite_policy::set("gelu", composite_mode::decompose);
+  EXPECT_EQ(composite_policy::get("gelu"), composite_mode::decompose);
+  EXPECT_EQ(composite_policy::get("xshard.gelu"), composite_mode::decompose);
+  EXPECT_EQ(composite_policy::source(composite_id::gelu), xshard::composite_source::code);
+  // The backward follows its own name.
+  EXPECT_EQ(composite_policy::get("gelu_backward"), composite_mode::kernel);
+  {
+    xshard::scoped_composite_mode k("gelu", composite_mode::kernel);
+    EXPECT_EQ(composite_policy::get("gelu"), composite_mode::kernel);
+    {
+      xshard::scoped_composite_mode d("all", composite_mode::decompose);
+      for (const auto& c : xshard::composite_registry)
+        EXPECT_EQ(composite_policy::get(c.id), composite_mode::decompose);
+    }
+    EXPECT_EQ(composite_policy::get("gelu"), composite_mode::kernel);
+    EXPECT_EQ(composite_policy::get("softmax"), composite_mode::kernel);
+  }
+  EXPECT_EQ(composite_policy::get("gelu"), composite_mode::decompose);
+  composite_policy::apply("softmax:decompose, gelu:kernel");
+  EXPECT_EQ(composite_policy::get("softmax"), composite_mode::decompose);
+  EXPECT_EQ(composite_policy::get("gelu"), composite_mode::kernel);
+  composite_policy::reset("softmax");
+  EXPECT_EQ(composite_policy::source(composite_id::softmax), xshard::composite_source::default_);
+  composite_policy::reset();
+  EXPECT_EQ(composite_policy::source(composite_id::gelu), xshard::composite_source::default_);
+  EXPECT_THROW((void)composite_policy::get("all"), xshard::error);
+}
+
+TEST(CompositePolicy, CallsRunWhatThePolicyChooses) {
+  // Find inputs where kernel and decomposition differ in the last bit, then
+  // check which one the policy-driven call returns.
+  const auto x = random_tensor<float>(std::array<std::size_t, 1>{4096}, 3.0, 61);
+  const auto g = random_tensor<float>(std::array<std::size_t, 1>{4096}, 1.0, 62);
+  const auto k = xshard::gelu(x, gelu_approximate::none, composite_mode::kernel);
+  const auto d = xshard::gelu(x, gelu_approximate::none, composite_mode::decompose);
+  ASSERT_NE(k, d) << "kernel and decomposition agree bit for bit on every input; pick other data";
+  const auto bk = xshard::gelu_backward(g, x, gelu_approximate::none, composite_mode::kernel);
+  const auto bd = xshard::gelu_backward(g, x, gelu_approximate::none, composite_mode::decompose);
+  ASSERT_NE(bk, bd);
+  {
+    xshard::scoped_composite_mode s("gelu", composite_mode::decompose);
+    EXPECT_EQ(xshard::gelu(x), d);
+    EXPECT_EQ(xshard::gelu_backward(g, x), bk);  // gelu_backward still runs its kernel
+  }
+  {
+    xshard::scoped_composite_mode s("gelu", composite_mode::kernel);
+    xshard::scoped_composite_mode b("gelu_backward", composite_mode::decompose);
+    EXPECT_EQ(xshard::gelu(x), k);
+    EXPECT_EQ(xshard::gelu_backward(g, x), bd);
+  }
+}
+
+TEST(CompositeRegistry, ListsEveryCompositeWithVersionAttributesAndMode) {
+  if (std::getenv("XSHARD_COMPOSITES")) GTEST_SKIP() << "XSHARD_COMPOSITES is set";
+  xshard::composite_policy::reset();
+  xshard::scoped_composite_mode s("softmax", composite_mode::decompose);
+  const auto list = xshard::composites();
+  std::vector<std::string> names;
+  for (const auto& c : list) names.emplace_back(c.name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"xshard.gelu", "xshard.gelu_backward", "xshard.softmax",
+                                      "xshard.softmax_backward", "xshard.layer_norm", "xshard.layer_norm_backward"}));
+  for (const auto& c : list) EXPECT_EQ(c.version, 1) << c.name;
+  ASSERT_EQ(list[0].attributes.size(), 1u);
+  EXPECT_EQ(list[0].attributes[0].name, "approximate");
+  EXPECT_EQ(list[2].attributes[0].name, "dim");
+  EXPECT_EQ(list[4].attributes[0].name, "eps");
+  EXPECT_EQ(list[2].mode, composite_mode::decompose);
+  EXPECT_EQ(list[3].mode, composite_mode::kernel);
+  std::ostringstream os;
+  os << list;
+  EXPECT_NE(
+      os.str().find("xshard.gelu v1 {approximate = \"none\"|\"tanh\" (default \"none\")} mode=kernel (default)\n"),
+      std::string::npos)
+      << os.str();
+  EXPECT_NE(os.str().find("xshard.softmax v1 {dim = int (default -1)} mode=decompose (code)\n"), std::string::npos)
+      << os.str();
+  EXPECT_EQ(xshard::find_composite("xshard.layer_norm"), xshard::composite_id::layer_norm);
+  EXPECT_EQ(xshard::find_composite("rms_norm"), std::nullopt);
+}
+
+}  // namespace
