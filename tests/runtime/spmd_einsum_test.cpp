@@ -20,43 +20,24 @@
 #include <xtensor/xrandom.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "../spmd/sharded_cases.hpp"
+
 namespace {
 
 using xshard::spec;
 
 template <class... S>
-struct specs {};
-
-/// Every spec of a rank-2 tensor on a mesh with axes x and y.
-using specs_2d_xy =
-    specs<spec<"None, None">, spec<"x, None">, spec<"None, x">, spec<"y, None">, spec<"None, y">, spec<"x, y">,
-          spec<"y, x">, spec<"(x, y), None">, spec<"(y, x), None">, spec<"None, (x, y)">, spec<"None, (y, x)">>;
-
-/// Rank-3 specs on a mesh with axes x, y, z (a sample covering tuples,
-/// every axis on every dim, and partial use of the mesh).
-using specs_3d_xyz =
-    specs<spec<"None, None, None">, spec<"x, y, z">, spec<"z, None, (x, y)">, spec<"(x, y, z), None, None">,
-          spec<"None, (z, x), y">, spec<"y, None, None">, spec<"None, None, (y, z)">>;
+using specs = xshard_test::spec_list<S...>;
+using xshard_test::specs_2d_xy;
+using xshard_test::specs_3d_xyz;
 
 template <class T, std::size_t R>
 xt::xtensor<T, R> random_tensor(const std::array<std::size_t, R>& shape, unsigned seed) {
-  std::mt19937 g(seed);
-  std::uniform_int_distribution<int> d(-8, 8);  // small integers: sums are exact in float
-  xt::xtensor<T, R> t(shape);
-  for (auto& v : t) v = static_cast<T>(d(g));
-  return t;
+  return xshard_test::integer_tensor<T, R>(shape, seed);
 }
 
-/// Runs `body(dev)` on every device of a thread mesh and collects failures
-/// (gtest assertions are not thread-safe: record, then report).
-struct failures {
-  std::mutex mu;
-  std::vector<std::string> list;
-  void add(std::string s) {
-    std::lock_guard lock(mu);
-    list.push_back(std::move(s));
-  }
-};
+/// Failures recorded by the devices (gtest assertions are not thread-safe).
+using failures = xshard_test::failure_list;
 
 // --- sharded einsum vs the single-device einsum. ---
 

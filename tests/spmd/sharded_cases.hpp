@@ -26,6 +26,20 @@ namespace xshard_test {
 template <class... S>
 struct spec_list {};
 
+/// Every spec of a rank-2 tensor on a mesh with axes x and y.
+using specs_2d_xy =
+    spec_list<xshard::spec<"None, None">, xshard::spec<"x, None">, xshard::spec<"None, x">, xshard::spec<"y, None">,
+              xshard::spec<"None, y">, xshard::spec<"x, y">, xshard::spec<"y, x">, xshard::spec<"(x, y), None">,
+              xshard::spec<"(y, x), None">, xshard::spec<"None, (x, y)">, xshard::spec<"None, (y, x)">>;
+
+/// Rank-3 specs on a mesh with axes x, y, z (a sample covering tuples,
+/// every axis on every dim, and partial use of the mesh).
+using specs_3d_xyz =
+    spec_list<xshard::spec<"None, None, None">, xshard::spec<"x, y, z">, xshard::spec<"z, None, (x, y)">,
+              xshard::spec<"(x, y, z), None, None">, xshard::spec<"None, (z, x), y">, xshard::spec<"y, None, None">,
+              xshard::spec<"None, None, (y, z)">>;
+
+/// The sample the backends share (7 of specs_2d_xy).
 using sharded_specs =
     spec_list<xshard::spec<"None, None">, xshard::spec<"x, None">, xshard::spec<"None, y">, xshard::spec<"x, y">,
               xshard::spec<"y, x">, xshard::spec<"(x, y), None">, xshard::spec<"None, (y, x)">>;
