@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 #include <xshard/scan/scan_layers.hpp>
+#include <xshard/scan/scan_layers_unrolled.hpp>
 #include <xtensor/xrandom.hpp>
 #include <xtensor/xtensor.hpp>
 

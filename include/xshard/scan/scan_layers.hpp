@@ -9,20 +9,11 @@
 //   auto layers = boost::hana::make_tuple(L1{}, L2{}, L3{});              // different types:
 //   auto y2 = xshard::scan_layers(layers, hana_params, x);                 // unrolled at compile time
 //
-// Policies (what the forward keeps for the backward; gradients are the same
-// whichever is chosen):
-//   remat::save_all       every layer's residuals
-//   remat::recompute      only every layer's input (the carry); the backward
-//                         reruns each layer's forward, so residual memory is
-//                         one layer's, whatever the depth
-//   remat::dots_saveable  every layer's input and einsum outputs (JAX's
-//                         dots_saveable), for layers that provide
-//                         forward_saving_dots / restore; others save all
+// Policies: scan/remat.hpp. The heterogeneous (unrolled) form:
+// scan/scan_layers_unrolled.hpp.
 #pragma once
 
-#include <boost/hana/at.hpp>
-#include <boost/hana/length.hpp>
-#include <boost/hana/tuple.hpp>
+#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -35,11 +26,10 @@
 
 #include "../core/error.hpp"
 #include "../nn/layer.hpp"
+#include "remat.hpp"
 #include "../trace/trace.hpp"
 
 namespace xshard {
-
-enum class remat { save_all, recompute, dots_saveable };
 
 namespace detail {
 
@@ -54,22 +44,6 @@ struct stacked_params_of;
 template <class... E>
 struct stacked_params_of<std::tuple<E...>> {
   using type = std::tuple<typename stacked_tensor<E>::type...>;
-};
-
-template <class L>
-concept saves_dots = requires(const L& l, const typename L::params& p, const typename L::input& x,
-                              const typename L::dots& d) {
-  { l.forward_saving_dots(p, x) } -> std::same_as<std::pair<typename L::output, typename L::dots>>;
-  { l.restore(p, x, d) } -> std::same_as<typename L::residuals>;
-};
-
-template <class L, bool Saves>
-struct dots_of {
-  struct type {};
-};
-template <class L>
-struct dots_of<L, true> {
-  using type = typename L::dots;
 };
 
 }  // namespace detail
@@ -151,70 +125,28 @@ std::pair<stacked_params<L>, typename L::input> scan_layers_vjp(const L& l, cons
                                                                 const typename L::input& x,
                                                                 const typename L::output& gy, remat policy) {
   const std::size_t n = stack_depth<L>(params);
-  constexpr bool dots_ok = detail::saves_dots<L>;
-  if (policy == remat::dots_saveable && !dots_ok) policy = remat::save_all;
-  std::vector<typename L::residuals> saved;                      // save_all
-  std::vector<typename L::input> inputs;                         // recompute, dots_saveable
-  std::vector<typename detail::dots_of<L, dots_ok>::type> dots;  // dots_saveable
+  std::vector<remat_saved<L>> saved;
+  saved.reserve(n);
   typename L::input cur = x;
   for (std::size_t i = 0; i < n; ++i) {
     const trace_me t("scan_layers/forward", {{"layer", i}});
-    const auto p = layer_params<L>(params, i);
-    if (policy == remat::save_all) {
-      auto [y, r] = l.forward(p, cur);
-      saved.push_back(std::move(r));
-      cur = std::move(y);
-    } else if (policy == remat::recompute) {
-      inputs.push_back(cur);
-      cur = l.forward(p, cur).first;
-    } else if constexpr (dots_ok) {
-      inputs.push_back(cur);
-      auto [y, d] = l.forward_saving_dots(p, cur);
-      dots.push_back(std::move(d));
-      cur = std::move(y);
-    }
+    auto [y, s] = remat_forward(l, layer_params<L>(params, i), cur, policy);
+    saved.push_back(std::move(s));
+    cur = std::move(y);
   }
-  std::vector<typename L::params> grads(n);
+  std::vector<typename L::params> grads;
+  grads.reserve(n);
   typename L::output g = gy;
   for (std::size_t i = n; i-- > 0;) {
     const trace_me t("scan_layers/backward", {{"layer", i}});
     const auto p = layer_params<L>(params, i);
-    typename L::residuals r = [&] {
-      if (policy == remat::save_all) return std::move(saved[i]);
-      if (policy == remat::recompute) return l.forward(p, inputs[i]).second;
-      if constexpr (dots_ok) return l.restore(p, inputs[i], dots[i]);
-      return typename L::residuals{};
-    }();
-    auto [gp, gx] = l.vjp(p, r, g);
-    grads[i] = std::move(gp);
+    auto [gp, gx] = l.vjp(p, remat_residuals(l, p, std::move(saved[i])), g);
+    saved.pop_back();  // free as we go
+    grads.push_back(std::move(gp));
     g = std::move(gx);
-    if (policy == remat::save_all) saved.pop_back();  // free as we go
   }
+  std::reverse(grads.begin(), grads.end());
   return {stack_params<L>(grads), std::move(g)};
-}
-
-// ---------------------------------------------------------------------------
-// Heterogeneous stacks: a boost::hana::tuple of layers (each its own type,
-// params a hana::tuple of their params), unrolled at compile time.
-
-/// Forward through a heterogeneous stack, unrolled.
-template <class... L, class... P, class X>
-auto scan_layers(const boost::hana::tuple<L...>& layers, const boost::hana::tuple<P...>& params, const X& x) {
-  static_assert(sizeof...(L) == sizeof...(P), "xshard::scan_layers: one params entry per layer");
-  return [&]<std::size_t... I>(std::index_sequence<I...>) {
-    auto run = [&](auto self, auto idx, const auto& in) {
-      constexpr std::size_t i = decltype(idx)::value;
-      if constexpr (i == sizeof...(L)) {
-        return in;
-      } else {
-        const auto& layer_i = boost::hana::at_c<i>(layers);
-        return self(self, std::integral_constant<std::size_t, i + 1>{},
-                    layer_i.forward(boost::hana::at_c<i>(params), in).first);
-      }
-    };
-    return run(run, std::integral_constant<std::size_t, 0>{}, x);
-  }
-  (std::index_sequence_for<L...>{});
 }
 
 }  // namespace xshard

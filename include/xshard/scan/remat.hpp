@@ -1,0 +1,98 @@
+// xshard/scan/remat.hpp - rematerialisation policies: what a layer's
+// forward keeps for its backward. One rule, used by the run-time loop
+// (scan_layers.hpp) and the unrolled form (scan_layers_unrolled.hpp).
+//
+//   remat::save_all       the layer's residuals
+//   remat::recompute      only the layer's input; the backward reruns the
+//                         forward, so residual memory is one layer's,
+//                         whatever the depth
+//   remat::dots_saveable  the input and the einsum outputs (JAX's
+//                         dots_saveable), for layers that provide
+//                         forward_saving_dots / restore; others save all
+//
+// Gradients are identical (bit for bit) under every policy.
+#pragma once
+
+#include <optional>
+#include <utility>
+
+#include "../core/error.hpp"
+#include "../nn/layer.hpp"
+
+namespace xshard {
+
+enum class remat { save_all, recompute, dots_saveable };
+
+namespace detail {
+
+template <class L>
+concept saves_dots = requires(const L& l, const typename L::params& p, const typename L::input& x,
+                              const typename L::dots& d) {
+  { l.forward_saving_dots(p, x) } -> std::same_as<std::pair<typename L::output, typename L::dots>>;
+  { l.restore(p, x, d) } -> std::same_as<typename L::residuals>;
+};
+
+template <class L, bool Saves>
+struct dots_of {
+  struct type {};
+};
+template <class L>
+struct dots_of<L, true> {
+  using type = typename L::dots;
+};
+
+}  // namespace detail
+
+/// The policy a layer actually runs: dots_saveable falls back to save_all
+/// for layers without forward_saving_dots / restore.
+template <layer L>
+constexpr remat effective_policy(remat policy) {
+  if (policy == remat::dots_saveable && !detail::saves_dots<L>) return remat::save_all;
+  return policy;
+}
+
+/// What one layer's forward kept for its backward under a policy.
+template <layer L>
+struct remat_saved {
+  std::optional<typename L::residuals> residuals;                                 // save_all
+  std::optional<typename L::input> input;                                         // recompute, dots_saveable
+  std::optional<typename detail::dots_of<L, detail::saves_dots<L>>::type> dots;  // dots_saveable
+};
+
+/// One layer's forward under `policy`: its output and what it keeps.
+template <layer L>
+std::pair<typename L::output, remat_saved<L>> remat_forward(const L& l, const typename L::params& p,
+                                                            const typename L::input& x, remat policy) {
+  remat_saved<L> s;
+  switch (effective_policy<L>(policy)) {
+    case remat::save_all: {
+      auto [y, r] = l.forward(p, x);
+      s.residuals.emplace(std::move(r));
+      return {std::move(y), std::move(s)};
+    }
+    case remat::recompute:
+      s.input.emplace(x);
+      return {l.forward(p, x).first, std::move(s)};
+    case remat::dots_saveable:
+      if constexpr (detail::saves_dots<L>) {
+        s.input.emplace(x);
+        auto [y, d] = l.forward_saving_dots(p, x);
+        s.dots.emplace(std::move(d));
+        return {std::move(y), std::move(s)};
+      }
+      break;
+  }
+  throw error("xshard: remat_forward: unknown policy");
+}
+
+/// The layer's residuals again, from what remat_forward kept (consumed).
+template <layer L>
+typename L::residuals remat_residuals(const L& l, const typename L::params& p, remat_saved<L>&& s) {
+  if (s.residuals) return std::move(*s.residuals);
+  if constexpr (detail::saves_dots<L>)
+    if (s.dots) return l.restore(p, *s.input, *s.dots);
+  if (s.input) return l.forward(p, *s.input).second;
+  throw error("xshard: remat_residuals: nothing was saved for this layer");
+}
+
+}  // namespace xshard
