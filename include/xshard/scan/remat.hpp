@@ -54,8 +54,8 @@ constexpr remat effective_policy(remat policy) {
 /// What one layer's forward kept for its backward under a policy.
 template <layer L>
 struct remat_saved {
-  std::optional<typename L::residuals> residuals;                                 // save_all
-  std::optional<typename L::input> input;                                         // recompute, dots_saveable
+  std::optional<typename L::residuals> residuals;                                // save_all
+  std::optional<typename L::input> input;                                        // recompute, dots_saveable
   std::optional<typename detail::dots_of<L, detail::saves_dots<L>>::type> dots;  // dots_saveable
 };
 

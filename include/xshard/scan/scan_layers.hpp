@@ -1,21 +1,29 @@
-// xshard/scan/scan_layers.hpp - a stack of layers (nn/layer.hpp), forward
-// and backward, with rematerialisation policies.
+// xshard/scan/scan_layers.hpp - a homogeneous stack of layers (nn/layer.hpp):
+// one layer type, its parameters stacked on a leading dim, run as a run-time
+// loop, forward and backward, with rematerialisation policies.
 //
 //   xshard::linear_layer<float> L;
 //   auto stacked = xshard::stack_params<decltype(L)>(per_layer_params);  // tensors gain a leading layer dim
 //   auto y = xshard::scan_layers(L, stacked, x);                          // a run-time loop over layers
 //   auto [grads, dx] = xshard::scan_layers_vjp(L, stacked, x, gy, xshard::remat::recompute);
 //
-//   auto layers = boost::hana::make_tuple(L1{}, L2{}, L3{});              // different types:
-//   auto y2 = xshard::scan_layers(layers, hana_params, x);                 // unrolled at compile time
+//   auto [y, pullback] = xshard::scan_layers_vjp(L, stacked, x, xshard::remat::recompute);
+//   auto [grads, dx] = pullback(loss_gradient(y));                        // JAX's vjp: forward once
+//
+// Parameters may be plain tensors (xt::xtensor) or sharded tensors
+// (spmd/sharded.hpp) inside an SPMD body: a stacked sharded parameter has
+// the layer's spec with an unsharded leading dim ("None, model, None" for a
+// "model, None" weight), so taking layer l's parameters is a local slice on
+// every device, with no communication.
 //
 // Policies: scan/remat.hpp. The heterogeneous (unrolled) form:
 // scan/scan_layers_unrolled.hpp.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
-#include <optional>
+#include <cstdint>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -26,25 +34,81 @@
 
 #include "../core/error.hpp"
 #include "../nn/layer.hpp"
-#include "remat.hpp"
+#include "../spmd/einsum.hpp"
+#include "../spmd/sharded.hpp"
 #include "../trace/trace.hpp"
+#include "remat.hpp"
 
 namespace xshard {
 
 namespace detail {
 
-template <class T>
-struct stacked_tensor;
+/// How one parameter tensor type stacks: its stacked type, its extents,
+/// layer l out of a stack, and a stack out of layers.
+template <class E>
+struct stacking;
+
 template <class T, std::size_t R>
-struct stacked_tensor<xt::xtensor<T, R>> {
+struct stacking<xt::xtensor<T, R>> {
   using type = xt::xtensor<T, R + 1>;
+  static std::vector<std::int64_t> shape(const xt::xtensor<T, R>& e) { return {e.shape().begin(), e.shape().end()}; }
+  static std::size_t depth(const type& s) { return s.shape()[0]; }
+  static xt::xtensor<T, R> slice(const type& s, std::size_t l) { return xt::view(s, l); }
+  static type stack(const std::vector<const xt::xtensor<T, R>*>& layers) {
+    std::array<std::size_t, R + 1> shape{};
+    shape[0] = layers.size();
+    for (std::size_t d = 0; d < R; ++d) shape[d + 1] = layers[0]->shape()[d];
+    type out = type::from_shape(shape);
+    for (std::size_t l = 0; l < layers.size(); ++l) xt::view(out, l) = *layers[l];
+    return out;
+  }
 };
+
+/// The spec of a stack of S-sharded tensors: an unsharded leading dim.
+template <Mesh M, Spec S>
+consteval resolved_spec stacked_resolved() {
+  const resolved_spec r = typed_resolved<M, S>();
+  resolved_spec out;
+  out.dims.push_back({});
+  for (std::size_t d = 0; d < r.rank(); ++d) out.dims.push_back(r.dims[d]);
+  return out;
+}
+
+template <class T, std::size_t R, Mesh M, Spec S>
+struct stacking<sharded<T, R, M, S>> {
+  using layer_type = sharded<T, R, M, S>;
+  using type = sharded<T, R + 1, M, typename spec_of_resolved<M, stacked_resolved<M, S>()>::type>;
+  static std::vector<std::int64_t> shape(const layer_type& e) {
+    return {e.global_shape().begin(), e.global_shape().end()};
+  }
+  static std::size_t depth(const type& s) { return static_cast<std::size_t>(s.global_shape()[0]); }
+  static layer_type slice(const type& s, std::size_t l) {
+    std::array<std::int64_t, R> g{};
+    for (std::size_t d = 0; d < R; ++d) g[d] = s.global_shape()[d + 1];
+    return layer_type(s.device(), g, xt::xtensor<T, R>(xt::view(s.local(), l)));
+  }
+  static type stack(const std::vector<const layer_type*>& layers) {
+    std::array<std::int64_t, R + 1> g{};
+    g[0] = static_cast<std::int64_t>(layers.size());
+    for (std::size_t d = 0; d < R; ++d) g[d + 1] = layers[0]->global_shape()[d];
+    std::vector<const xt::xtensor<T, R>*> blocks;
+    for (const auto* e : layers) blocks.push_back(&e->local());
+    return type(layers[0]->device(), g, stacking<xt::xtensor<T, R>>::stack(blocks));
+  }
+};
+
 template <class P>
 struct stacked_params_of;
 template <class... E>
 struct stacked_params_of<std::tuple<E...>> {
-  using type = std::tuple<typename stacked_tensor<E>::type...>;
+  using type = std::tuple<typename stacking<E>::type...>;
 };
+
+template <class L, class F>
+void for_each_param(F&& f) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::integral_constant<std::size_t, I>{}), ...); }
+  (std::make_index_sequence<std::tuple_size_v<typename L::params>>{});
+}
 
 }  // namespace detail
 
@@ -58,33 +122,32 @@ using stacked_params = typename detail::stacked_params_of<typename L::params>::t
 template <layer L>
 stacked_params<L> stack_params(const std::vector<typename L::params>& layers) {
   if (layers.empty()) throw error("xshard: stack_params: no layers");
-  stacked_params<L> out;
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (
-        [&] {
-          const auto& first = std::get<I>(layers[0]);
-          for (std::size_t l = 1; l < layers.size(); ++l)
-            if (!std::equal(first.shape().begin(), first.shape().end(), std::get<I>(layers[l]).shape().begin()))
-              throw error("xshard: stack_params: layer " + std::to_string(l) + "'s parameter \"" +
-                          std::string(L::param_names[I]) + "\" has another shape than layer 0's");
-          using S = std::tuple_element_t<I, stacked_params<L>>;
-          std::array<std::size_t, S::rank> shape{};
-          shape[0] = layers.size();
-          for (std::size_t d = 0; d + 1 < S::rank; ++d) shape[d + 1] = first.shape()[d];
-          std::get<I>(out) = S::from_shape(shape);
-          for (std::size_t l = 0; l < layers.size(); ++l) xt::view(std::get<I>(out), l) = std::get<I>(layers[l]);
-        }(),
-        ...);
+  auto one = [&](auto i) {
+    constexpr std::size_t I = decltype(i)::value;
+    using E = std::tuple_element_t<I, typename L::params>;
+    using S = detail::stacking<E>;
+    const auto first = S::shape(std::get<I>(layers[0]));
+    std::vector<const E*> ptrs;
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      if (l && S::shape(std::get<I>(layers[l])) != first)
+        throw error("xshard: stack_params: layer " + std::to_string(l) + "'s parameter \"" +
+                    std::string(L::param_names[I]) + "\" has another shape than layer 0's");
+      ptrs.push_back(&std::get<I>(layers[l]));
+    }
+    return S::stack(ptrs);
+  };
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return stacked_params<L>{one(std::integral_constant<std::size_t, I>{})...};
   }
   (std::make_index_sequence<std::tuple_size_v<typename L::params>>{});
-  return out;
 }
 
 /// Layer l's parameters out of a stack.
 template <layer L>
 typename L::params layer_params(const stacked_params<L>& s, std::size_t l) {
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return typename L::params{std::tuple_element_t<I, typename L::params>(xt::view(std::get<I>(s), l))...};
+    return
+        typename L::params{detail::stacking<std::tuple_element_t<I, typename L::params>>::slice(std::get<I>(s), l)...};
   }
   (std::make_index_sequence<std::tuple_size_v<typename L::params>>{});
 }
@@ -92,18 +155,15 @@ typename L::params layer_params(const stacked_params<L>& s, std::size_t l) {
 /// Number of layers in a stack (checked equal across its tensors).
 template <layer L>
 std::size_t stack_depth(const stacked_params<L>& s) {
-  const std::size_t n = std::get<0>(s).shape()[0];
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (
-        [&] {
-          if (std::get<I>(s).shape()[0] != n)
-            throw error("xshard: scan_layers: parameter \"" + std::string(L::param_names[I]) + "\" stacks " +
-                        std::to_string(std::get<I>(s).shape()[0]) + " layers, \"" + std::string(L::param_names[0]) +
-                        "\" " + std::to_string(n));
-        }(),
-        ...);
-  }
-  (std::make_index_sequence<std::tuple_size_v<typename L::params>>{});
+  using S0 = detail::stacking<std::tuple_element_t<0, typename L::params>>;
+  const std::size_t n = S0::depth(std::get<0>(s));
+  detail::for_each_param<L>([&](auto i) {
+    constexpr std::size_t I = decltype(i)::value;
+    const std::size_t m = detail::stacking<std::tuple_element_t<I, typename L::params>>::depth(std::get<I>(s));
+    if (m != n)
+      throw error("xshard: scan_layers: parameter \"" + std::string(L::param_names[I]) + "\" stacks " +
+                  std::to_string(m) + " layers, \"" + std::string(L::param_names[0]) + "\" " + std::to_string(n));
+  });
   return n;
 }
 
@@ -118,35 +178,66 @@ typename L::output scan_layers(const L& l, const stacked_params<L>& params, type
   return x;
 }
 
+/// The backward half of scan_layers_vjp: holds what the forward kept (by
+/// the policy) and a reference to the layer and its stacked parameters,
+/// which must outlive it. Call it once.
+template <stackable_layer L>
+class scan_layers_pullback {
+ public:
+  scan_layers_pullback(const L& l, const stacked_params<L>& params, std::vector<remat_saved<L>> saved)
+      : layer_(&l), params_(&params), saved_(std::move(saved)) {}
+
+  /// The stacked parameter gradients and the input gradient for the
+  /// output gradient gy.
+  std::pair<stacked_params<L>, typename L::input> operator()(typename L::output gy) {
+    if (used_) throw error("xshard: scan_layers_vjp: a pullback runs once (its saved residuals are consumed)");
+    used_ = true;
+    std::vector<typename L::params> grads;
+    grads.reserve(saved_.size());
+    for (std::size_t i = saved_.size(); i-- > 0;) {
+      const trace_me t("scan_layers/backward", {{"layer", i}});
+      const auto p = layer_params<L>(*params_, i);
+      auto [gp, gx] = layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy);
+      saved_.pop_back();  // free as we go
+      grads.push_back(std::move(gp));
+      gy = std::move(gx);
+    }
+    std::reverse(grads.begin(), grads.end());
+    return {stack_params<L>(grads), std::move(gy)};
+  }
+
+ private:
+  const L* layer_;
+  const stacked_params<L>* params_;
+  std::vector<remat_saved<L>> saved_;
+  bool used_ = false;
+};
+
+/// The forward through a homogeneous stack, keeping what `policy` says, and
+/// its pullback (JAX's vjp): {y, pullback}; pullback(gy) gives the stacked
+/// parameter gradients and the input gradient.
+template <stackable_layer L>
+std::pair<typename L::output, scan_layers_pullback<L>> scan_layers_vjp(const L& l, const stacked_params<L>& params,
+                                                                       typename L::input x, remat policy) {
+  const std::size_t n = stack_depth<L>(params);
+  std::vector<remat_saved<L>> saved;
+  saved.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const trace_me t("scan_layers/forward", {{"layer", i}});
+    auto [y, s] = remat_forward(l, layer_params<L>(params, i), x, policy);
+    saved.push_back(std::move(s));
+    x = std::move(y);
+  }
+  return {std::move(x), scan_layers_pullback<L>(l, params, std::move(saved))};
+}
+
 /// Gradients of sum(gy * scan_layers(l, params, x)): the stacked parameter
 /// gradients and the input gradient, under remat policy `policy`.
 template <stackable_layer L>
 std::pair<stacked_params<L>, typename L::input> scan_layers_vjp(const L& l, const stacked_params<L>& params,
                                                                 const typename L::input& x,
                                                                 const typename L::output& gy, remat policy) {
-  const std::size_t n = stack_depth<L>(params);
-  std::vector<remat_saved<L>> saved;
-  saved.reserve(n);
-  typename L::input cur = x;
-  for (std::size_t i = 0; i < n; ++i) {
-    const trace_me t("scan_layers/forward", {{"layer", i}});
-    auto [y, s] = remat_forward(l, layer_params<L>(params, i), cur, policy);
-    saved.push_back(std::move(s));
-    cur = std::move(y);
-  }
-  std::vector<typename L::params> grads;
-  grads.reserve(n);
-  typename L::output g = gy;
-  for (std::size_t i = n; i-- > 0;) {
-    const trace_me t("scan_layers/backward", {{"layer", i}});
-    const auto p = layer_params<L>(params, i);
-    auto [gp, gx] = l.vjp(p, remat_residuals(l, p, std::move(saved[i])), g);
-    saved.pop_back();  // free as we go
-    grads.push_back(std::move(gp));
-    g = std::move(gx);
-  }
-  std::reverse(grads.begin(), grads.end());
-  return {stack_params<L>(grads), std::move(g)};
+  return scan_layers_vjp(l, params, x, policy).second(gy);
 }
 
 }  // namespace xshard

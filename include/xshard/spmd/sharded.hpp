@@ -420,6 +420,36 @@ auto constrain(const X& x) {
   return redistribute<S2>(x);
 }
 
+/// An elementwise f applied to this device's block: the result keeps x's
+/// layout (f(block) must have the block's shape, checked). A partial tensor
+/// is refused at compile time, since f(a + b) != f(a) + f(b) in general.
+template <Sharded X, class F>
+auto local_map(const X& x, F&& f) {
+  using D = std::remove_cvref_t<X>;
+  static_assert(D::partial_axes == 0,
+                "xshard::local_map: x holds partial sums; redistribute or gather it before an elementwise op");
+  using T = typename D::value_type;
+  return sharded<T, D::rank, typename D::mesh_type, typename D::spec_type>(x.device(), x.global_shape(),
+                                                                           xt::xtensor<T, D::rank>(f(x.local())));
+}
+
+/// An elementwise f of two tensors of one layout (same mesh, spec and global
+/// shape; the shape is checked) on this device's blocks.
+template <Sharded X, Sharded Y, class F>
+auto local_zip(const X& x, const Y& y, F&& f) {
+  using D = std::remove_cvref_t<X>;
+  using E = std::remove_cvref_t<Y>;
+  static_assert(
+      std::is_same_v<typename D::mesh_type, typename E::mesh_type> && D::rank == E::rank && D::resolved == E::resolved,
+      "xshard::local_zip: both tensors need the same mesh and the same sharding");
+  static_assert(D::partial_axes == 0 && E::partial_axes == 0,
+                "xshard::local_zip: an operand holds partial sums; redistribute it first");
+  if (x.global_shape() != y.global_shape()) throw error("xshard: local_zip: the tensors' global shapes differ");
+  using T = typename D::value_type;
+  return sharded<T, D::rank, typename D::mesh_type, typename D::spec_type>(
+      x.device(), x.global_shape(), xt::xtensor<T, D::rank>(f(x.local(), y.local())));
+}
+
 /// The whole tensor on every device (partial sums reduced).
 template <Sharded X>
 auto gather(const X& x) {

@@ -1,0 +1,247 @@
+// The MLP block (nn/mlp.hpp): its vjp against central finite differences;
+// a stack of them through scan_layers under every remat policy; the same
+// block sharded data x model on a 2x2 thread mesh, alone and stacked in
+// scan_layers / scan_layers_vjp, against the single-device block, with the
+// per-device collectives equal to the compile-time plans.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <vector>
+#include <xshard/nn/mlp.hpp>
+#include <xshard/scan/scan_layers.hpp>
+#include <xshard/spmd/thread_mesh.hpp>
+#include <xtensor/xrandom.hpp>
+#include <xtensor/xtensor.hpp>
+
+namespace {
+
+using T = double;
+using Dense = xshard::mlp_block<T>;
+using mat = xt::xtensor<T, 2>;
+using vec = xt::xtensor<T, 1>;
+using M = xshard::mesh<"data=2, model=2">;
+using Sharded = xshard::mlp_block<T, xshard::data_model_mlp<M>>;
+using xshard::collective_kind;
+constexpr xshard::axis_set data = 1, model = 2;
+
+// The plans: one all-reduce over model in the forward (the row-parallel
+// einsum), none for the output constraint; in the backward one all-reduce
+// over data per parameter gradient and one over model for dx.
+static_assert(Sharded::forward_plans()[0].plan.collective_count() == 0);
+static_assert(Sharded::forward_plans()[1].plan.collective_count() == 1 &&
+              Sharded::forward_plans()[1].plan.collectives()[0].kind == collective_kind::all_reduce &&
+              Sharded::forward_plans()[1].plan.collectives()[0].axes == model);
+static_assert(Sharded::constrain_plan().collective_count() == 0);
+static_assert(Sharded::forward_collectives() == 1);
+static_assert(Sharded::backward_collectives() == 5);
+constexpr bool backward_axes_ok = [] {
+  const auto b = Sharded::backward_plans();
+  const xshard::axis_set want[6] = {data, data, 0, data, data, model};
+  for (std::size_t i = 0; i < 6; ++i) {
+    const auto c = b[i].plan.collectives();
+    if (want[i] == 0 ? c.size() != 0 : (c.size() != 1 || c[0].axes != want[i])) return false;
+  }
+  return true;
+}();
+static_assert(backward_axes_ok);
+
+Dense::params random_params(std::size_t d, std::size_t f, unsigned seed) {
+  xt::random::seed(seed);
+  return {mat(xt::random::randn<T>({f, d}) * 0.4), vec(xt::random::randn<T>({f}) * 0.1),
+          mat(xt::random::randn<T>({d, f}) * 0.4), vec(xt::random::randn<T>({d}) * 0.1)};
+}
+
+T loss(const Dense& l, const Dense::params& p, const mat& x, const mat& gy) {
+  return xt::sum(l.forward(p, x).first * gy)();
+}
+
+TEST(MlpBlock, VjpMatchesFiniteDifferences) {
+  const std::size_t d = 3, f = 5;
+  auto p = random_params(d, f, 1);
+  const mat x = xt::random::randn<T>(std::array<std::size_t, 2>{4, d});
+  const mat gy = xt::random::randn<T>(std::array<std::size_t, 2>{4, d});
+  Dense l;
+  const auto [y, r] = l.forward(p, x);
+  const auto [gp, gx] = l.vjp(p, r, gy);
+  const T eps = 1e-6;
+  auto check = [&](auto& tensor, const auto& grad, const char* what) {
+    for (std::size_t i = 0; i < tensor.size(); ++i) {
+      const T keep = tensor.flat(i);
+      tensor.flat(i) = keep + eps;
+      const T up = loss(l, p, x, gy);
+      tensor.flat(i) = keep - eps;
+      const T down = loss(l, p, x, gy);
+      tensor.flat(i) = keep;
+      EXPECT_NEAR(grad.flat(i), (up - down) / (2 * eps), 1e-7) << what << " element " << i;
+    }
+  };
+  check(std::get<0>(p), std::get<0>(gp), "w_in");
+  check(std::get<1>(p), std::get<1>(gp), "b_in");
+  check(std::get<2>(p), std::get<2>(gp), "w_out");
+  check(std::get<3>(p), std::get<3>(gp), "b_out");
+  mat xm = x;
+  for (std::size_t i = 0; i < xm.size(); ++i) {
+    const T keep = xm.flat(i);
+    xm.flat(i) = keep + eps;
+    const T up = loss(l, p, xm, gy);
+    xm.flat(i) = keep - eps;
+    const T down = loss(l, p, xm, gy);
+    xm.flat(i) = keep;
+    EXPECT_NEAR(gx.flat(i), (up - down) / (2 * eps), 1e-7) << "x element " << i;
+  }
+}
+
+TEST(MlpBlock, StackedGradientsAreIdenticalUnderEveryPolicy) {
+  std::vector<Dense::params> ps;
+  for (unsigned i = 0; i < 4; ++i) ps.push_back(random_params(4, 8, 10 + i));
+  const auto stacked = xshard::stack_params<Dense>(ps);
+  const mat x = xt::random::randn<T>({3, 4});
+  const mat gy = xt::random::randn<T>({3, 4});
+  Dense l;
+  const auto [want, want_dx] = xshard::scan_layers_vjp(l, stacked, x, gy, xshard::remat::save_all);
+  for (auto policy : {xshard::remat::recompute, xshard::remat::dots_saveable}) {
+    auto [y, pullback] = xshard::scan_layers_vjp(l, stacked, x, policy);
+    EXPECT_EQ(y, xshard::scan_layers(l, stacked, x));
+    const auto [g, dx] = pullback(gy);
+    EXPECT_EQ(dx, want_dx);
+    EXPECT_EQ(std::get<0>(g), std::get<0>(want));
+    EXPECT_EQ(std::get<1>(g), std::get<1>(want));
+    EXPECT_EQ(std::get<2>(g), std::get<2>(want));
+    EXPECT_EQ(std::get<3>(g), std::get<3>(want));
+    EXPECT_THROW(pullback(gy), xshard::error);  // runs once
+  }
+}
+
+struct failures {
+  std::mutex mu;
+  std::vector<std::string> list;
+  void add(std::string s) {
+    std::lock_guard lock(mu);
+    list.push_back(std::move(s));
+  }
+};
+
+template <class S, class D>
+void expect_close(const S& s, const D& want, const std::string& what, failures& f) {
+  const auto got = xshard::gather(s);
+  if (got.shape() != want.shape()) return f.add(what + ": shape differs");
+  const T err = xt::amax(xt::abs(got - want))();
+  if (err > 1e-12) f.add(what + ": max error " + std::to_string(err));
+}
+
+template <class Dev>
+Sharded::params distribute_params(Dev& dev, const Dense::params& p) {
+  using L = xshard::data_model_mlp<M>;
+  return {xshard::distribute<L::w_in>(dev, std::get<0>(p)), xshard::distribute<L::b_in>(dev, std::get<1>(p)),
+          xshard::distribute<L::w_out>(dev, std::get<2>(p)), xshard::distribute<L::b_out>(dev, std::get<3>(p))};
+}
+
+using Batch = xshard::data_model_mlp<M>::batch;
+
+TEST(MlpBlock, ShardedBlockEqualsTheSingleDeviceBlock) {
+  const auto p = random_params(6, 10, 3);
+  const mat x = xt::random::randn<T>({5, 6});  // 5 rows over data: uneven blocks of 3 and 2
+  const mat gy = xt::random::randn<T>({5, 6});
+  Dense dense;
+  const auto [y_ref, r_ref] = dense.forward(p, x);
+  const auto [gp_ref, gx_ref] = dense.vjp(p, r_ref, gy);
+  xshard::thread_mesh<M> mesh;
+  failures f;
+  mesh.run([&](auto& dev) {
+    Sharded l;
+    const auto ps = distribute_params(dev, p);
+    const auto xs = xshard::distribute<Batch>(dev, x);
+    const auto gys = xshard::distribute<Batch>(dev, gy);
+    dev.reset_counters();
+    const auto [y, r] = l.forward(ps, xs);
+    if (dev.counters().total_calls() != static_cast<std::int64_t>(Sharded::forward_collectives()))
+      f.add("forward: " + std::to_string(dev.counters().total_calls()) + " collectives, the plan says 1");
+    dev.reset_counters();
+    const auto [gp, gx] = l.vjp(ps, r, gys);
+    if (dev.counters().total_calls() != static_cast<std::int64_t>(Sharded::backward_collectives()) ||
+        dev.counters().calls_of(collective_kind::all_reduce) != 5)
+      f.add("backward: " + std::to_string(dev.counters().total_calls()) + " collectives, the plan says 5 all-reduces");
+    expect_close(y, y_ref, "y", f);
+    expect_close(r.h, r_ref.h, "h", f);
+    expect_close(gx, gx_ref, "dx", f);
+    expect_close(std::get<0>(gp), std::get<0>(gp_ref), "d w_in", f);
+    expect_close(std::get<1>(gp), std::get<1>(gp_ref), "d b_in", f);
+    expect_close(std::get<2>(gp), std::get<2>(gp_ref), "d w_out", f);
+    expect_close(std::get<3>(gp), std::get<3>(gp_ref), "d b_out", f);
+  });
+  for (const auto& s : f.list) ADD_FAILURE() << s;
+}
+
+TEST(MlpBlock, ShardedScanLayersEqualsTheSingleDeviceStack) {
+  const std::size_t depth = 3;
+  std::vector<Dense::params> ps;
+  for (unsigned i = 0; i < depth; ++i) ps.push_back(random_params(4, 6, 20 + i));
+  const mat x = xt::random::randn<T>({6, 4});
+  const mat gy = xt::random::randn<T>({6, 4});
+  Dense dense;
+  const auto dense_stack = xshard::stack_params<Dense>(ps);
+  const mat y_ref = xshard::scan_layers(dense, dense_stack, x);
+  const auto [g_ref, dx_ref] = xshard::scan_layers_vjp(dense, dense_stack, x, gy, xshard::remat::save_all);
+  xshard::thread_mesh<M> mesh;
+  failures f;
+  mesh.run([&](auto& dev) {
+    Sharded l;
+    std::vector<Sharded::params> per_layer;
+    for (const auto& p : ps) per_layer.push_back(distribute_params(dev, p));
+    const auto stack = xshard::stack_params<Sharded>(per_layer);
+    // A stacked weight keeps the layer's sharding behind an unsharded layer dim.
+    static_assert(std::is_same_v<std::tuple_element_t<0, xshard::stacked_params<Sharded>>::spec_type,
+                                 xshard::spec<"None, model, None">>);
+    if (std::get<0>(stack).local().shape()[0] != depth) f.add("the stack's local block lost layers");
+    const auto xs = xshard::distribute<Batch>(dev, x);
+    const auto gys = xshard::distribute<Batch>(dev, gy);
+    dev.reset_counters();
+    const auto ys = xshard::scan_layers(l, stack, xs);
+    const auto forward_calls = dev.counters().total_calls();
+    expect_close(ys, y_ref, "scan_layers", f);
+    if (forward_calls != static_cast<std::int64_t>(depth * Sharded::forward_collectives()))
+      f.add("scan_layers: " + std::to_string(forward_calls) + " collectives");
+    for (auto policy : {xshard::remat::save_all, xshard::remat::recompute, xshard::remat::dots_saveable}) {
+      dev.reset_counters();
+      auto [y, pullback] = xshard::scan_layers_vjp(l, stack, xs, policy);
+      const auto [g, dx] = pullback(gys);
+      // Recompute reruns each layer's forward (and its all-reduce) in the
+      // backward; dots_saveable reruns only gelu.
+      const std::int64_t extra = policy == xshard::remat::recompute ? 1 : 0;
+      const auto want = static_cast<std::int64_t>(
+          depth * (Sharded::forward_collectives() * (1 + extra) + Sharded::backward_collectives()));
+      const std::string name = "policy " + std::to_string(static_cast<int>(policy));
+      if (dev.counters().total_calls() != want)
+        f.add(name + ": " + std::to_string(dev.counters().total_calls()) + " collectives, want " +
+              std::to_string(want));
+      expect_close(y, y_ref, name + " y", f);
+      expect_close(dx, dx_ref, name + " dx", f);
+      expect_close(std::get<0>(g), std::get<0>(g_ref), name + " d w_in", f);
+      expect_close(std::get<1>(g), std::get<1>(g_ref), name + " d b_in", f);
+      expect_close(std::get<2>(g), std::get<2>(g_ref), name + " d w_out", f);
+      expect_close(std::get<3>(g), std::get<3>(g_ref), name + " d b_out", f);
+    }
+  });
+  for (const auto& s : f.list) ADD_FAILURE() << s;
+}
+
+TEST(MlpBlock, MismatchedStackedShardedParametersNameTheLayer) {
+  xshard::thread_mesh<M> mesh;
+  failures f;
+  mesh.run([&](auto& dev) {
+    std::vector<Sharded::params> per_layer{distribute_params(dev, random_params(4, 6, 1)),
+                                           distribute_params(dev, random_params(4, 8, 2))};
+    try {
+      (void)xshard::stack_params<Sharded>(per_layer);
+      f.add("no error");
+    } catch (const xshard::error& e) {
+      if (std::string(e.what()).find("layer 1's parameter \"w_in\"") == std::string::npos)
+        f.add(std::string("message: ") + e.what());
+    }
+  });
+  for (const auto& s : f.list) ADD_FAILURE() << s;
+}
+
+}  // namespace
