@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds the release preset, and runs the main job:
-# xshard-plan on a 4x2 mesh, then the sharding tour.
+# Installs dependencies, builds the release preset's examples, and runs the
+# main job: train_mlp (an 8-layer MLP sharded data x model on a 2x2 thread
+# mesh, trained with scan_layers and checked against one device), then
+# xshard-plan on a 4x2 mesh and the sharding tour.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ./scripts/install-deps.sh
 
 cmake --preset release
-cmake --build --preset release
+cmake --build --preset release --target train_mlp xshard-plan sharding_tour
 
 run() {
   local exe="$1"
@@ -20,5 +22,6 @@ run() {
   "$exe" "$@"
 }
 
+run build/release/examples/train_mlp/train_mlp --trace build/release/train_mlp.trace.json
 run build/release/examples/xshard-plan/xshard-plan --mesh "data=4,model=2" --spec "data,None" --shape 8,16
 run build/release/examples/sharding_tour/sharding_tour
