@@ -46,6 +46,12 @@ constexpr bool backward_axes_ok = [] {
   return true;
 }();
 static_assert(backward_axes_ok);
+// scan_layers hands a plain stack's layers views of the stack (no copy);
+// a sharded tensor owns its block, so there it slices.
+static_assert(xshard::detail::takes_param_views<Dense>);
+static_assert(std::is_same_v<
+              decltype(xshard::detail::layer_args<Sharded>(std::declval<const xshard::stacked_params<Sharded>&>(), 0)),
+              Sharded::params>);
 
 Dense::params random_params(std::size_t d, std::size_t f, unsigned seed) {
   xt::random::seed(seed);

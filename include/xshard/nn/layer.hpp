@@ -7,6 +7,9 @@
 //     using input = ...; using output = ...; using residuals = ...;
 //     std::pair<output, residuals> forward(const params&, const input&) const;
 //     std::pair<params, input> vjp(const params&, const residuals&, const output& gy) const;
+//     // forward and vjp may be templates over the params argument (any
+//     // tuple of tensor expressions, e.g. views of a stacked tensor): then
+//     // scan_layers hands them views of the stack instead of copies.
 //     static constexpr std::array<std::string_view, N> param_names{...};   // for error messages
 //   };
 //
@@ -56,12 +59,14 @@ struct linear_layer {
   using residuals = input;
   static constexpr std::array<std::string_view, 2> param_names{"weight", "bias"};
 
-  std::pair<output, residuals> forward(const params& p, const input& x) const {
+  template <class P = params>
+  std::pair<output, residuals> forward(const P& p, const input& x) const {
     output y = einsum<"...n,mn->...m">(x, std::get<0>(p));
     y += std::get<1>(p);
     return {std::move(y), x};
   }
-  std::pair<params, input> vjp(const params& p, const residuals& x, const output& gy) const {
+  template <class P = params>
+  std::pair<params, input> vjp(const P& p, const residuals& x, const output& gy) const {
     input dx = einsum_vjp<"...n,mn->...m", 0>(gy, x, std::get<0>(p));
     xt::xtensor<T, 2> dw = einsum_vjp<"...n,mn->...m", 1>(gy, x, std::get<0>(p));
     xt::xtensor<T, 1> db = broadcast_vjp<"...m", "m">(gy);
@@ -85,16 +90,19 @@ struct tanh_linear_layer {
   using dots = output;  // h, the einsum's output
   static constexpr std::array<std::string_view, 2> param_names{"weight", "bias"};
 
-  static output pre_activation(const params& p, const input& x) {
+  template <class P>
+  static output pre_activation(const P& p, const input& x) {
     output h = einsum<"...n,mn->...m">(x, std::get<0>(p));
     h += std::get<1>(p);
     return h;
   }
-  std::pair<output, residuals> forward(const params& p, const input& x) const {
+  template <class P = params>
+  std::pair<output, residuals> forward(const P& p, const input& x) const {
     output y = xt::tanh(pre_activation(p, x));
     return {y, residuals{x, y}};
   }
-  std::pair<params, input> vjp(const params& p, const residuals& r, const output& gy) const {
+  template <class P = params>
+  std::pair<params, input> vjp(const P& p, const residuals& r, const output& gy) const {
     const output gh = gy * (T(1) - r.y * r.y);
     input dx = einsum_vjp<"...n,mn->...m", 0>(gh, r.x, std::get<0>(p));
     xt::xtensor<T, 2> dw = einsum_vjp<"...n,mn->...m", 1>(gh, r.x, std::get<0>(p));
@@ -103,14 +111,18 @@ struct tanh_linear_layer {
   }
   /// The forward that remat::dots_saveable runs: the output and the einsum
   /// output to keep.
-  std::pair<output, dots> forward_saving_dots(const params& p, const input& x) const {
+  template <class P = params>
+  std::pair<output, dots> forward_saving_dots(const P& p, const input& x) const {
     output h = pre_activation(p, x);
     output y = xt::tanh(h);
     return {std::move(y), std::move(h)};
   }
   /// The residuals again from the input and the saved einsum output (no
   /// einsum recomputed).
-  residuals restore(const params&, const input& x, const dots& h) const { return residuals{x, xt::tanh(h)}; }
+  template <class P = params>
+  residuals restore(const P&, const input& x, const dots& h) const {
+    return residuals{x, xt::tanh(h)};
+  }
 };
 
 }  // namespace xshard

@@ -186,26 +186,30 @@ struct mlp_block {
     return n;
   }
 
-  static hidden_activation pre_activation(const params& p, const input& x) {
+  template <class P>
+  static hidden_activation pre_activation(const P& p, const input& x) {
     return detail::add_last_dim(hidden_activation(einsum<"...n,mn->...m">(x, std::get<0>(p))), std::get<1>(p));
   }
   hidden_activation activate(const hidden_activation& h) const {
     return detail::map_elements(h, [&](const auto& v) { return gelu(v, approximate); });
   }
-  output finish(const params& p, const input& x, const hidden_activation& a) const {
+  template <class P>
+  output finish(const P& p, const input& x, const hidden_activation& a) const {
     output z = detail::add_last_dim(output(einsum<"...m,km->...k">(a, std::get<2>(p))), std::get<3>(p));
     z = detail::zip_elements(z, x, [](const auto& u, const auto& v) { return u + v; });
     return detail::constrain_to<typename Layout::batch>(z);
   }
 
-  std::pair<output, residuals> forward(const params& p, const input& x) const {
+  template <class P = params>
+  std::pair<output, residuals> forward(const P& p, const input& x) const {
     hidden_activation h = pre_activation(p, x);
     hidden_activation a = activate(h);
     output y = finish(p, x, a);
     return {std::move(y), residuals{x, std::move(h), std::move(a)}};
   }
 
-  std::pair<params, input> vjp(const params& p, const residuals& r, const output& gy) const {
+  template <class P = params>
+  std::pair<params, input> vjp(const P& p, const residuals& r, const output& gy) const {
     using W1 = std::tuple_element_t<0, params>;
     using B1 = std::tuple_element_t<1, params>;
     using W2 = std::tuple_element_t<2, params>;
@@ -223,12 +227,16 @@ struct mlp_block {
   }
 
   /// remat::dots_saveable: keep the einsum output h.
-  std::pair<output, dots> forward_saving_dots(const params& p, const input& x) const {
+  template <class P = params>
+  std::pair<output, dots> forward_saving_dots(const P& p, const input& x) const {
     hidden_activation h = pre_activation(p, x);
     output y = finish(p, x, activate(h));
     return {std::move(y), std::move(h)};
   }
-  residuals restore(const params&, const input& x, const dots& h) const { return residuals{x, h, activate(h)}; }
+  template <class P = params>
+  residuals restore(const P&, const input& x, const dots& h) const {
+    return residuals{x, h, activate(h)};
+  }
 };
 
 }  // namespace xshard

@@ -59,10 +59,11 @@ struct remat_saved {
   std::optional<typename detail::dots_of<L, detail::saves_dots<L>>::type> dots;  // dots_saveable
 };
 
-/// One layer's forward under `policy`: its output and what it keeps.
-template <layer L>
-std::pair<typename L::output, remat_saved<L>> remat_forward(const L& l, const typename L::params& p,
-                                                            const typename L::input& x, remat policy) {
+/// One layer's forward under `policy`: its output and what it keeps. `p`
+/// is the layer's params or anything its forward accepts in their place.
+template <layer L, class P>
+std::pair<typename L::output, remat_saved<L>> remat_forward(const L& l, const P& p, const typename L::input& x,
+                                                            remat policy) {
   remat_saved<L> s;
   switch (effective_policy<L>(policy)) {
     case remat::save_all: {
@@ -86,8 +87,8 @@ std::pair<typename L::output, remat_saved<L>> remat_forward(const L& l, const ty
 }
 
 /// The layer's residuals again, from what remat_forward kept (consumed).
-template <layer L>
-typename L::residuals remat_residuals(const L& l, const typename L::params& p, remat_saved<L>&& s) {
+template <layer L, class P>
+typename L::residuals remat_residuals(const L& l, const P& p, remat_saved<L>&& s) {
   if (s.residuals) return std::move(*s.residuals);
   if constexpr (detail::saves_dots<L>)
     if (s.dots) return l.restore(p, *s.input, *s.dots);

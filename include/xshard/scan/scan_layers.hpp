@@ -54,6 +54,7 @@ struct stacking<xt::xtensor<T, R>> {
   static std::vector<std::int64_t> shape(const xt::xtensor<T, R>& e) { return {e.shape().begin(), e.shape().end()}; }
   static std::size_t depth(const type& s) { return s.shape()[0]; }
   static xt::xtensor<T, R> slice(const type& s, std::size_t l) { return xt::view(s, l); }
+  static auto view(const type& s, std::size_t l) { return xt::view(s, l); }  // no copy
   static type stack(const std::vector<const xt::xtensor<T, R>*>& layers) {
     std::array<std::size_t, R + 1> shape{};
     shape[0] = layers.size();
@@ -87,6 +88,7 @@ struct stacking<sharded<T, R, M, S>> {
     for (std::size_t d = 0; d < R; ++d) g[d] = s.global_shape()[d + 1];
     return layer_type(s.device(), g, xt::xtensor<T, R>(xt::view(s.local(), l)));
   }
+  static layer_type view(const type& s, std::size_t l) { return slice(s, l); }  // a sharded tensor owns its block
   static type stack(const std::vector<const layer_type*>& layers) {
     std::array<std::int64_t, R + 1> g{};
     g[0] = static_cast<std::int64_t>(layers.size());
@@ -152,6 +154,39 @@ typename L::params layer_params(const stacked_params<L>& s, std::size_t l) {
   (std::make_index_sequence<std::tuple_size_v<typename L::params>>{});
 }
 
+namespace detail {
+
+/// Layer l's parameters as views into the stack where the tensor type
+/// allows it (plain tensors), copies otherwise (sharded tensors).
+template <layer L>
+auto layer_param_views(const stacked_params<L>& s, std::size_t l) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::make_tuple(stacking<std::tuple_element_t<I, typename L::params>>::view(std::get<I>(s), l)...);
+  }
+  (std::make_index_sequence<std::tuple_size_v<typename L::params>>{});
+}
+
+/// Whether L's forward and vjp accept views in place of its params (they
+/// are templates over the params argument).
+template <class L>
+concept takes_param_views =
+    requires(const L& l, const decltype(layer_param_views<L>(std::declval<const stacked_params<L>&>(), 0))& v,
+             const typename L::input& x, const typename L::residuals& r, const typename L::output& gy) {
+  l.forward(v, x);
+  l.vjp(v, r, gy);
+};
+
+/// What scan_layers hands layer l: views when the layer takes them.
+template <layer L>
+auto layer_args(const stacked_params<L>& s, std::size_t l) {
+  if constexpr (takes_param_views<L>)
+    return layer_param_views<L>(s, l);
+  else
+    return layer_params<L>(s, l);
+}
+
+}  // namespace detail
+
 /// Number of layers in a stack (checked equal across its tensors).
 template <layer L>
 std::size_t stack_depth(const stacked_params<L>& s) {
@@ -173,7 +208,7 @@ typename L::output scan_layers(const L& l, const stacked_params<L>& params, type
   const std::size_t n = stack_depth<L>(params);
   for (std::size_t i = 0; i < n; ++i) {
     const trace_me t("scan_layers/forward", {{"layer", i}});
-    x = l.forward(layer_params<L>(params, i), x).first;
+    x = l.forward(detail::layer_args<L>(params, i), x).first;
   }
   return x;
 }
@@ -196,7 +231,7 @@ class scan_layers_pullback {
     grads.reserve(saved_.size());
     for (std::size_t i = saved_.size(); i-- > 0;) {
       const trace_me t("scan_layers/backward", {{"layer", i}});
-      const auto p = layer_params<L>(*params_, i);
+      const auto p = detail::layer_args<L>(*params_, i);
       auto [gp, gx] = layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy);
       saved_.pop_back();  // free as we go
       grads.push_back(std::move(gp));
@@ -224,7 +259,7 @@ std::pair<typename L::output, scan_layers_pullback<L>> scan_layers_vjp(const L& 
   saved.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     const trace_me t("scan_layers/forward", {{"layer", i}});
-    auto [y, s] = remat_forward(l, layer_params<L>(params, i), x, policy);
+    auto [y, s] = remat_forward(l, detail::layer_args<L>(params, i), x, policy);
     saved.push_back(std::move(s));
     x = std::move(y);
   }
