@@ -1,6 +1,13 @@
 // xshard/nn/composite_support.hpp - what the composite ops share: the
-// result type of an op, contiguous operands, and the xsimd loops of the
-// fused kernels.
+// result type of an op, contiguous operands, the trace scope of a call, and
+// the xsimd loops of the fused kernels.
+//
+// Every composite call with its mode decided (the explicit-mode entries;
+// the policy entries forward to them) opens one trace scope, named by the
+// composite's full registry name, with the mode it runs and the registry
+// version:
+//
+//   xshard.gelu  args {"mode": "kernel", "version": 1}
 //
 // Kernels use xsimd::batch<T>, the batch of the arch the translation unit is
 // compiled for (SSE2 without -m flags; xsimd 8.1 defines AVX-512 batches only
@@ -23,12 +30,23 @@
 
 #include "../core/error.hpp"
 #include "../core/tensor_traits.hpp"
+#include "../trace/trace.hpp"  // composite_trace: one trace_me scope per composite call
 #include "composite_policy.hpp"
 
 namespace xshard::detail {
 
 /// Reduce and keep the reduced dim (extent 1), evaluated now.
 inline const auto keep_dims_now = xt::keep_dims | xt::evaluation_strategy::immediate;
+
+/// The trace scope of one call of composite `id` running in `mode` (see the
+/// header comment); hold it for the call:
+///   const auto scope = detail::composite_trace(composite_id::gelu, mode);
+/// With tracing off this costs trace_me's one branch (the two arg views are
+/// built from constants on the stack, nothing is read or allocated).
+[[nodiscard]] inline trace_me composite_trace(composite_id id, composite_mode mode) noexcept {
+  const composite_descriptor& d = descriptor(id);
+  return trace_me(d.name, {{"mode", to_string(mode)}, {"version", d.version}});
+}
 
 template <class E>
 using composite_value_t = typename std::remove_cvref_t<E>::value_type;

@@ -164,6 +164,7 @@ void gelu_backward_kernel(const T* g, const T* x, T* dx, std::size_t n, gelu_app
 /// xshard.gelu with an explicit mode. x: any rank, float or double.
 template <class E>
 detail::composite_result_t<E> gelu(const E& x, gelu_approximate approximate, composite_mode mode) {
+  const auto scope = detail::composite_trace(composite_id::gelu, mode);
   using T = detail::composite_value_t<E>;
   static_assert(detail::composite_real_v<T>, "xshard::gelu(x) requires x's value_type to be float or double");
   using R = detail::composite_result_t<E>;
@@ -190,6 +191,7 @@ detail::composite_result_t<E> gelu(const E& x, std::string_view approximate) {
 template <class G, class E>
 detail::composite_result_t<E> gelu_backward(const G& grad, const E& x, gelu_approximate approximate,
                                             composite_mode mode) {
+  const auto scope = detail::composite_trace(composite_id::gelu_backward, mode);
   using T = detail::composite_value_t<E>;
   static_assert(detail::composite_real_v<T>,
                 "xshard::gelu_backward(grad, x) requires x's value_type to be float or double");

@@ -208,6 +208,7 @@ const xt::xtensor<typename R::value_type, 1>* affine_param(const V* v,
 template <class E, class W, class Bi>
 layer_norm_result<composite_result_t<E>> layer_norm_impl(const E& x, const W* weight, const Bi* bias, double eps,
                                                          composite_mode mode) {
+  const auto scope = composite_trace(composite_id::layer_norm, mode);
   using T = composite_value_t<E>;
   static_assert(composite_real_v<T>, "xshard::layer_norm(x) requires x's value_type to be float or double");
   static_assert(tensor_rank_v<E> != 0, "xshard::layer_norm(x) requires x to have rank >= 1");
@@ -238,6 +239,7 @@ template <class G, class E, class M, class S, class W>
 layer_norm_gradients<composite_result_t<E>> layer_norm_backward_impl(const G& grad_y, const E& x, const M& mean,
                                                                      const S& rstd, const W* weight,
                                                                      composite_mode mode) {
+  const auto scope = composite_trace(composite_id::layer_norm_backward, mode);
   using T = composite_value_t<E>;
   static_assert(composite_real_v<T>,
                 "xshard::layer_norm_backward(grad_y, x, mean, rstd) requires x's value_type to be float or double");

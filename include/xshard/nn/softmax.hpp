@@ -162,6 +162,7 @@ void softmax_backward_kernel(const T* g, const T* y, T* dx, axis_split sp) {
 /// explicit mode. x: rank >= 1, float or double.
 template <class E>
 detail::composite_result_t<E> softmax(const E& x, std::ptrdiff_t dim, composite_mode mode) {
+  const auto scope = detail::composite_trace(composite_id::softmax, mode);
   using T = detail::composite_value_t<E>;
   static_assert(detail::composite_real_v<T>, "xshard::softmax(x) requires x's value_type to be float or double");
   static_assert(tensor_rank_v<E> != 0, "xshard::softmax(x) requires x to have rank >= 1");
@@ -186,6 +187,7 @@ detail::composite_result_t<E> softmax(const E& x, std::ptrdiff_t dim = -1) {
 /// input of softmax, from the output gradient and the output y = softmax(x).
 template <class G, class Y>
 detail::composite_result_t<Y> softmax_backward(const G& grad_y, const Y& y, std::ptrdiff_t dim, composite_mode mode) {
+  const auto scope = detail::composite_trace(composite_id::softmax_backward, mode);
   using T = detail::composite_value_t<Y>;
   static_assert(detail::composite_real_v<T>,
                 "xshard::softmax_backward(grad_y, y) requires y's value_type to be float or double");
