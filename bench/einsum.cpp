@@ -58,7 +58,8 @@
 //
 // Counters: `GFLOP/s` (2*M*N*K*batch per call, a rate over real time) on
 // every benchmark; `allocs/call` (global operator new calls per iteration,
-// counted by the replacement operator new below) on xshard's.
+// counted by tests/support/alloc_counter.hpp's replacement operator new) on
+// xshard's.
 // At the end a summary table prints xshard's GFLOP/s and its ratio to
 // OpenBLAS on the same M, N, K, to OpenBLAS sgemm n=2048 and to Eigen
 // (medians when --benchmark_repetitions > 1). Before the benchmarks every
@@ -69,14 +70,12 @@
 #include <unistd.h>  // isatty
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <new>
 #include <random>
 #include <string>
 #include <string_view>
@@ -84,6 +83,8 @@
 #include <xshard/xshard.hpp>
 #include <xtensor/xfixed.hpp>
 #include <xtensor/xtensor.hpp>
+
+#include "../tests/support/alloc_counter.hpp"  // replaces operator new: allocs/call
 
 #if XSHARD_BENCH_HAVE_OPENBLAS
 #include <cblas.h>
@@ -94,43 +95,11 @@
 #include <unsupported/Eigen/CXX11/Tensor>
 #endif
 
-// ---------------------------------------------------------------------------
-// Allocation counter: every global operator new in the process bumps it.
-
-namespace {
-std::atomic<std::size_t> g_allocations{0};
-
-void* counted_alloc(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* counted_alloc_aligned(std::size_t n, std::align_val_t al) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  const std::size_t a = std::max(static_cast<std::size_t>(al), sizeof(void*));
-  const std::size_t size = (std::max<std::size_t>(n, 1) + a - 1) / a * a;
-  if (void* p = std::aligned_alloc(a, size)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted_alloc(n); }
-void* operator new[](std::size_t n) { return counted_alloc(n); }
-void* operator new(std::size_t n, std::align_val_t al) { return counted_alloc_aligned(n, al); }
-void* operator new[](std::size_t n, std::align_val_t al) { return counted_alloc_aligned(n, al); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-
 namespace {
 
 using benchmark::Counter;
 using benchmark::State;
+namespace alloc_stats = xshard_test::alloc_stats;
 
 std::size_t g_threads = 1;  // $XSHARD_NUM_THREADS, for every library
 
@@ -238,13 +207,13 @@ void set_flops(State& state, double flops) {
 template <class Prob, class F>
 void bench_xshard(State& state, Prob& p, F f) {
   f(p);  // first call outside the loop (pool start-up, packed buffers)
-  const std::size_t before = g_allocations.load(std::memory_order_relaxed);
+  const std::size_t before = alloc_stats::allocations();
   for (auto _ : state) {
     f(p);
     benchmark::DoNotOptimize(p.c.data());
     benchmark::ClobberMemory();
   }
-  const std::size_t allocs = g_allocations.load(std::memory_order_relaxed) - before;
+  const std::size_t allocs = alloc_stats::allocations() - before;
   set_flops(state, p.g.flops());
   state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
 }
@@ -378,7 +347,7 @@ void bench_small_xshard(State& state) {
   fill_random<float>(a, 3);
   fill_random<float>(b, 4);
   xshard::einsum_into<"ij,jk->ik">(c, a, b);
-  const std::size_t before = g_allocations.load(std::memory_order_relaxed);
+  const std::size_t before = alloc_stats::allocations();
   for (auto _ : state) {
     benchmark::DoNotOptimize(a.data());
     benchmark::DoNotOptimize(b.data());
@@ -386,7 +355,7 @@ void bench_small_xshard(State& state) {
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  const std::size_t allocs = g_allocations.load(std::memory_order_relaxed) - before;
+  const std::size_t allocs = alloc_stats::allocations() - before;
   set_flops(state, 2.0 * N * N * N);
   state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
 }
@@ -397,7 +366,7 @@ void bench_small3_xshard(State& state) {
   fill_random<float>(a, 3);
   fill_random<float>(b, 4);
   xshard::einsum_into<"ijk,jkl->il">(c, a, b);
-  const std::size_t before = g_allocations.load(std::memory_order_relaxed);
+  const std::size_t before = alloc_stats::allocations();
   for (auto _ : state) {
     benchmark::DoNotOptimize(a.data());
     benchmark::DoNotOptimize(b.data());
@@ -405,7 +374,7 @@ void bench_small3_xshard(State& state) {
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  const std::size_t allocs = g_allocations.load(std::memory_order_relaxed) - before;
+  const std::size_t allocs = alloc_stats::allocations() - before;
   set_flops(state, 2.0 * 8 * 8 * 64);
   state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
 }

@@ -10,14 +10,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <new>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -26,41 +24,11 @@
 #include <xtensor/xfixed.hpp>
 #include <xtensor/xtensor.hpp>
 
-// ---------------------------------------------------------------------------
-// Allocation counter: every global operator new in this test binary bumps it.
-
-namespace {
-std::atomic<std::size_t> g_allocations{0};
-
-void* counted_alloc(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* counted_alloc_aligned(std::size_t n, std::align_val_t al) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  const std::size_t a = std::max(static_cast<std::size_t>(al), sizeof(void*));
-  const std::size_t size = (std::max<std::size_t>(n, 1) + a - 1) / a * a;
-  if (void* p = std::aligned_alloc(a, size)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted_alloc(n); }
-void* operator new[](std::size_t n) { return counted_alloc(n); }
-void* operator new(std::size_t n, std::align_val_t al) { return counted_alloc_aligned(n, al); }
-void* operator new[](std::size_t n, std::align_val_t al) { return counted_alloc_aligned(n, al); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+#include "../support/alloc_counter.hpp"  // replaces operator new: einsum_into's allocations
 
 namespace {
 
+namespace alloc_stats = xshard_test::alloc_stats;
 using ::testing::HasSubstr;
 
 template <class T, std::size_t... N>
@@ -441,9 +409,9 @@ TEST(EinsumFixedAgreement, SameBitsAsRuntimeFaceDouble) { check_bits<double>(); 
 template <xshard::fixed_string Eq, class Out, class... X>
 std::size_t allocations_of(Out& out, const X&... ops) {
   xshard::einsum_into<Eq>(out, ops...);
-  const std::size_t before = g_allocations.load();
+  const std::size_t before = alloc_stats::allocations();
   xshard::einsum_into<Eq>(out, ops...);
-  return g_allocations.load() - before;
+  return alloc_stats::allocations() - before;
 }
 
 template <class T>
@@ -494,9 +462,9 @@ void check_no_allocation() {
   // einsum<Eq> allocates its result and nothing else
   const auto a = random<fixed<T, 8, 8>>(1);
   const auto b = random<fixed<T, 8, 8>>(2);
-  const std::size_t before = g_allocations.load();
+  const std::size_t before = alloc_stats::allocations();
   const auto r = xshard::einsum<"ij,jk->ik">(a, b);
-  EXPECT_EQ(g_allocations.load() - before, 1u);
+  EXPECT_EQ(alloc_stats::allocations() - before, 1u);
   EXPECT_EQ(r.size(), 64u);
 }
 
