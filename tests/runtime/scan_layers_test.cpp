@@ -153,3 +153,40 @@ TEST(ScanLayers, TraceShowsEveryLayer) {
 }
 
 }  // namespace
+
+namespace {
+
+// A layer whose forward / vjp take `const params&` (not templates) gets
+// copies of its stacked parameters; linear and tanh_linear take views.
+struct fixed_signature_layer {
+  using params = std::tuple<mat, vec>;
+  using input = mat;
+  using output = mat;
+  using residuals = mat;
+  static constexpr std::array<std::string_view, 2> param_names{"weight", "bias"};
+  xshard::linear_layer<T> inner;
+  std::pair<output, residuals> forward(const params& p, const input& x) const { return inner.forward(p, x); }
+  std::pair<params, input> vjp(const params& p, const residuals& x, const output& gy) const {
+    return inner.vjp(p, x, gy);
+  }
+};
+static_assert(xshard::stackable_layer<fixed_signature_layer>);
+static_assert(!xshard::detail::takes_param_views<fixed_signature_layer>);
+static_assert(xshard::detail::takes_param_views<L>);
+static_assert(xshard::detail::takes_param_views<xshard::linear_layer<T>>);
+
+TEST(ScanLayers, LayersWithoutTemplateParamsGetCopies) {
+  const auto ps = random_layers(3, 4, 7);
+  const auto stacked = xshard::stack_params<L>(ps);
+  const mat x = xt::random::randn<T>({2, 4});
+  fixed_signature_layer f;
+  const xshard::linear_layer<T> lin;
+  EXPECT_EQ(xshard::scan_layers(f, stacked, x), xshard::scan_layers(lin, stacked, x));
+  const auto [g1, dx1] = xshard::scan_layers_vjp(f, stacked, x, x, xshard::remat::recompute);
+  const auto [g2, dx2] = xshard::scan_layers_vjp(lin, stacked, x, x, xshard::remat::recompute);
+  EXPECT_EQ(dx1, dx2);
+  EXPECT_EQ(std::get<0>(g1), std::get<0>(g2));
+  EXPECT_EQ(std::get<1>(g1), std::get<1>(g2));
+}
+
+}  // namespace

@@ -24,6 +24,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -55,6 +56,14 @@ struct stacking<xt::xtensor<T, R>> {
   static std::size_t depth(const type& s) { return s.shape()[0]; }
   static xt::xtensor<T, R> slice(const type& s, std::size_t l) { return xt::view(s, l); }
   static auto view(const type& s, std::size_t l) { return xt::view(s, l); }  // no copy
+  /// An uninitialised stack of n tensors shaped like e.
+  static type make(std::size_t n, const xt::xtensor<T, R>& e) {
+    std::array<std::size_t, R + 1> shape{};
+    shape[0] = n;
+    for (std::size_t d = 0; d < R; ++d) shape[d + 1] = e.shape()[d];
+    return type::from_shape(shape);
+  }
+  static void put(type& s, std::size_t l, const xt::xtensor<T, R>& e) { xt::view(s, l) = e; }
   static type stack(const std::vector<const xt::xtensor<T, R>*>& layers) {
     std::array<std::size_t, R + 1> shape{};
     shape[0] = layers.size();
@@ -89,6 +98,13 @@ struct stacking<sharded<T, R, M, S>> {
     return layer_type(s.device(), g, xt::xtensor<T, R>(xt::view(s.local(), l)));
   }
   static layer_type view(const type& s, std::size_t l) { return slice(s, l); }  // a sharded tensor owns its block
+  static type make(std::size_t n, const layer_type& e) {
+    std::array<std::int64_t, R + 1> g{};
+    g[0] = static_cast<std::int64_t>(n);
+    for (std::size_t d = 0; d < R; ++d) g[d + 1] = e.global_shape()[d];
+    return type(e.device(), g, stacking<xt::xtensor<T, R>>::make(n, e.local()));
+  }
+  static void put(type& s, std::size_t l, const layer_type& e) { xt::view(s.local(), l) = e.local(); }
   static type stack(const std::vector<const layer_type*>& layers) {
     std::array<std::int64_t, R + 1> g{};
     g[0] = static_cast<std::int64_t>(layers.size());
@@ -166,14 +182,16 @@ auto layer_param_views(const stacked_params<L>& s, std::size_t l) {
   (std::make_index_sequence<std::tuple_size_v<typename L::params>>{});
 }
 
-/// Whether L's forward and vjp accept views in place of its params (they
-/// are templates over the params argument).
+template <layer L>
+using layer_param_views_t = decltype(layer_param_views<L>(std::declval<const stacked_params<L>&>(), 0));
+
+/// Whether L's forward and vjp are templates over the params argument, so
+/// views reach them as views (a `const params&` signature would accept the
+/// views too, by converting: a copy).
 template <class L>
-concept takes_param_views =
-    requires(const L& l, const decltype(layer_param_views<L>(std::declval<const stacked_params<L>&>(), 0))& v,
-             const typename L::input& x, const typename L::residuals& r, const typename L::output& gy) {
-  l.forward(v, x);
-  l.vjp(v, r, gy);
+concept takes_param_views = requires {
+  &L::template forward<layer_param_views_t<L>>;
+  &L::template vjp<layer_param_views_t<L>>;
 };
 
 /// What scan_layers hands layer l: views when the layer takes them.
@@ -183,6 +201,21 @@ auto layer_args(const stacked_params<L>& s, std::size_t l) {
     return layer_param_views<L>(s, l);
   else
     return layer_params<L>(s, l);
+}
+
+}  // namespace detail
+
+namespace detail {
+
+/// Writes layer l's tensors into a stack of n (created from the first
+/// layer written).
+template <layer L>
+void put_layer(std::optional<stacked_params<L>>& s, std::size_t n, std::size_t l, const typename L::params& p) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    if (!s) s.emplace(stacking<std::tuple_element_t<I, typename L::params>>::make(n, std::get<I>(p))...);
+    (stacking<std::tuple_element_t<I, typename L::params>>::put(std::get<I>(*s), l, std::get<I>(p)), ...);
+  }
+  (std::make_index_sequence<std::tuple_size_v<typename L::params>>{});
 }
 
 }  // namespace detail
@@ -227,18 +260,18 @@ class scan_layers_pullback {
   std::pair<stacked_params<L>, typename L::input> operator()(typename L::output gy) {
     if (used_) throw error("xshard: scan_layers_vjp: a pullback runs once (its saved residuals are consumed)");
     used_ = true;
-    std::vector<typename L::params> grads;
-    grads.reserve(saved_.size());
-    for (std::size_t i = saved_.size(); i-- > 0;) {
+    const std::size_t n = saved_.size();
+    if (n == 0) throw error("xshard: scan_layers_vjp: an empty stack has no gradients");
+    std::optional<stacked_params<L>> grads;  // written in place, layer by layer
+    for (std::size_t i = n; i-- > 0;) {
       const trace_me t("scan_layers/backward", {{"layer", i}});
       const auto p = detail::layer_args<L>(*params_, i);
       auto [gp, gx] = layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy);
       saved_.pop_back();  // free as we go
-      grads.push_back(std::move(gp));
+      detail::put_layer<L>(grads, n, i, gp);
       gy = std::move(gx);
     }
-    std::reverse(grads.begin(), grads.end());
-    return {stack_params<L>(grads), std::move(gy)};
+    return {std::move(*grads), std::move(gy)};
   }
 
  private:
