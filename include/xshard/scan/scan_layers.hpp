@@ -56,14 +56,6 @@ struct stacking<xt::xtensor<T, R>> {
   static std::size_t depth(const type& s) { return s.shape()[0]; }
   static xt::xtensor<T, R> slice(const type& s, std::size_t l) { return xt::view(s, l); }
   static auto view(const type& s, std::size_t l) { return xt::view(s, l); }  // no copy
-  /// An uninitialised stack of n tensors shaped like e.
-  static type make(std::size_t n, const xt::xtensor<T, R>& e) {
-    std::array<std::size_t, R + 1> shape{};
-    shape[0] = n;
-    for (std::size_t d = 0; d < R; ++d) shape[d + 1] = e.shape()[d];
-    return type::from_shape(shape);
-  }
-  static void put(type& s, std::size_t l, const xt::xtensor<T, R>& e) { xt::view(s, l) = e; }
   static type stack(const std::vector<const xt::xtensor<T, R>*>& layers) {
     std::array<std::size_t, R + 1> shape{};
     shape[0] = layers.size();
@@ -98,13 +90,6 @@ struct stacking<sharded<T, R, M, S>> {
     return layer_type(s.device(), g, xt::xtensor<T, R>(xt::view(s.local(), l)));
   }
   static layer_type view(const type& s, std::size_t l) { return slice(s, l); }  // a sharded tensor owns its block
-  static type make(std::size_t n, const layer_type& e) {
-    std::array<std::int64_t, R + 1> g{};
-    g[0] = static_cast<std::int64_t>(n);
-    for (std::size_t d = 0; d < R; ++d) g[d + 1] = e.global_shape()[d];
-    return type(e.device(), g, stacking<xt::xtensor<T, R>>::make(n, e.local()));
-  }
-  static void put(type& s, std::size_t l, const layer_type& e) { xt::view(s.local(), l) = e.local(); }
   static type stack(const std::vector<const layer_type*>& layers) {
     std::array<std::int64_t, R + 1> g{};
     g[0] = static_cast<std::int64_t>(layers.size());
@@ -205,21 +190,6 @@ auto layer_args(const stacked_params<L>& s, std::size_t l) {
 
 }  // namespace detail
 
-namespace detail {
-
-/// Writes layer l's tensors into a stack of n (created from the first
-/// layer written).
-template <layer L>
-void put_layer(std::optional<stacked_params<L>>& s, std::size_t n, std::size_t l, const typename L::params& p) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    if (!s) s.emplace(stacking<std::tuple_element_t<I, typename L::params>>::make(n, std::get<I>(p))...);
-    (stacking<std::tuple_element_t<I, typename L::params>>::put(std::get<I>(*s), l, std::get<I>(p)), ...);
-  }
-  (std::make_index_sequence<std::tuple_size_v<typename L::params>>{});
-}
-
-}  // namespace detail
-
 /// Number of layers in a stack (checked equal across its tensors).
 template <layer L>
 std::size_t stack_depth(const stacked_params<L>& s) {
@@ -262,16 +232,22 @@ class scan_layers_pullback {
     used_ = true;
     const std::size_t n = saved_.size();
     if (n == 0) throw error("xshard: scan_layers_vjp: an empty stack has no gradients");
-    std::optional<stacked_params<L>> grads;  // written in place, layer by layer
+    // Per-layer gradients, stacked at the end: the peak is the larger of
+    // (saved residuals + the gradients so far) and twice the gradients,
+    // never both (a stack allocated up front would add the gradients to
+    // the residuals' peak).
+    std::vector<typename L::params> grads;
+    grads.reserve(n);
     for (std::size_t i = n; i-- > 0;) {
       const trace_me t("scan_layers/backward", {{"layer", i}});
       const auto p = detail::layer_args<L>(*params_, i);
       auto [gp, gx] = layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy);
       saved_.pop_back();  // free as we go
-      detail::put_layer<L>(grads, n, i, gp);
+      grads.push_back(std::move(gp));
       gy = std::move(gx);
     }
-    return {std::move(*grads), std::move(gy)};
+    std::reverse(grads.begin(), grads.end());
+    return {stack_params<L>(grads), std::move(gy)};
   }
 
  private:
