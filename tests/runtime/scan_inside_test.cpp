@@ -585,3 +585,30 @@ TEST(ScanInside, TupleCarryOfShardedTensorAndScalarLoss) {
 }
 
 }  // namespace
+
+namespace {
+
+// A sharded carry is checked like a plain one: a step that changes its
+// global shape is an xshard::error naming the step (raised on every device,
+// rethrown by run()).
+TEST(ScanInside, ShardedCarryShapeChangeIsAnError) {
+  xshard::thread_mesh<M> mesh;
+  const xt::xtensor<float, 2> small = xt::zeros<float>({4, 4}), big = xt::zeros<float>({6, 4});
+  const xt::xtensor<float, 1> xs = xt::zeros<float>({3});
+  try {
+    mesh.run([&](auto& dev) {
+      auto init = xshard::distribute<spec<"data, None">>(dev, small);
+      (void)xshard::scan(
+          [&](const auto& c, float) {
+            auto next = xshard::distribute<spec<"data, None">>(dev, big);
+            return std::pair{c.global_shape()[0] == 4 ? next : c, 0.0f};
+          },
+          init, xs);
+    });
+    ADD_FAILURE() << "no error";
+  } catch (const xshard::error& e) {
+    EXPECT_NE(std::string(e.what()).find("changed shape at step 0: [4,4] -> [6,4]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

@@ -77,6 +77,8 @@ void collect_shapes(const C& c, std::vector<std::vector<std::size_t>>& out) {
     std::apply([&](const auto&... e) { (collect_shapes(e, out), ...); }, c);
   } else if constexpr (shaped<C>) {
     out.emplace_back(c.shape().begin(), c.shape().end());
+  } else if constexpr (requires { c.global_shape(); }) {  // a sharded tensor: its global shape
+    out.emplace_back(c.global_shape().begin(), c.global_shape().end());
   }
 }
 
