@@ -151,8 +151,13 @@ TEST(MlpBlock, ShardedBlockEqualsTheSingleDeviceBlock) {
   const mat x = xt::random::randn<T>({5, 6});  // 5 rows over data: uneven blocks of 3 and 2
   const mat gy = xt::random::randn<T>({5, 6});
   Dense dense;
-  const auto [y_ref, r_ref] = dense.forward(p, x);
-  const auto [gp_ref, gx_ref] = dense.vjp(p, r_ref, gy);
+  // (No structured bindings: Clang 14 lambdas cannot capture them.)
+  const auto fwd_ref = dense.forward(p, x);
+  const mat& y_ref = fwd_ref.first;
+  const Dense::residuals& r_ref = fwd_ref.second;
+  const auto bwd_ref = dense.vjp(p, r_ref, gy);
+  const Dense::params& gp_ref = bwd_ref.first;
+  const mat& gx_ref = bwd_ref.second;
   xshard::thread_mesh<M> mesh;
   failures f;
   mesh.run([&](auto& dev) {
@@ -189,7 +194,9 @@ TEST(MlpBlock, ShardedScanLayersEqualsTheSingleDeviceStack) {
   Dense dense;
   const auto dense_stack = xshard::stack_params<Dense>(ps);
   const mat y_ref = xshard::scan_layers(dense, dense_stack, x);
-  const auto [g_ref, dx_ref] = xshard::scan_layers_vjp(dense, dense_stack, x, gy, xshard::remat::save_all);
+  const auto grads_ref = xshard::scan_layers_vjp(dense, dense_stack, x, gy, xshard::remat::save_all);
+  const auto& g_ref = grads_ref.first;
+  const mat& dx_ref = grads_ref.second;
   xshard::thread_mesh<M> mesh;
   failures f;
   mesh.run([&](auto& dev) {
