@@ -243,9 +243,10 @@ TEST(MlpBlock, ShardedScanLayersEqualsTheSingleDeviceStack) {
 TEST(MlpBlock, MismatchedStackedShardedParametersNameTheLayer) {
   xshard::thread_mesh<M> mesh;
   failures f;
+  // Drawn before the run: xt::random's engine is one global, not for threads.
+  const Dense::params p0 = random_params(4, 6, 1), p1 = random_params(4, 8, 2);
   mesh.run([&](auto& dev) {
-    std::vector<Sharded::params> per_layer{distribute_params(dev, random_params(4, 6, 1)),
-                                           distribute_params(dev, random_params(4, 8, 2))};
+    std::vector<Sharded::params> per_layer{distribute_params(dev, p0), distribute_params(dev, p1)};
     try {
       (void)xshard::stack_params<Sharded>(per_layer);
       f.add("no error");

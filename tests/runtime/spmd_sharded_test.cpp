@@ -103,7 +103,8 @@ TEST(SpmdSharded, ShardsAndPictureOfAShardedTensor) {
   failures f;
   mesh.run([&](auto& dev) {
     const auto xs = xshard::distribute<spec<"x, y">>(dev, x);
-    const xshard::shard* mine = xshard::shards(xs).find(dev.id());
+    const xshard::shard_layout layout = xshard::shards(xs);
+    const xshard::shard* mine = layout.find(dev.id());
     if (mine == nullptr || !(mine->slices[0] == xs.slices()[0]) || !(mine->slices[1] == xs.slices()[1]))
       f.add("shards(x) disagrees with x.slices() on device " + std::to_string(dev.id()));
     std::lock_guard lock(mu);

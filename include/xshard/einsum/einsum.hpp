@@ -583,11 +583,16 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
   T* const out = target.data;
   const std::vector<std::ptrdiff_t>& out_strides = target.strides;
   // Refuse an output that overlaps an operand: the kernel reads operands
-  // while writing the output.
+  // while writing the output. An empty output overlaps nothing (and its data
+  // pointer may be null, which no offset may be added to).
   std::ptrdiff_t lo = 0, hi = 0;
-  for (std::size_t d = 0; d < shape.size(); ++d)
+  bool out_empty = false;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    out_empty = out_empty || shape[d] == 0;
     if (shape[d] > 0) (out_strides[d] < 0 ? lo : hi) += out_strides[d] * static_cast<std::ptrdiff_t>(shape[d] - 1);
+  }
   for (const auto& op : ops) {
+    if (out_empty) break;
     std::ptrdiff_t olo = 0, ohi = 0;
     bool empty = false;
     for (std::size_t d = 0; d < op.shape.size(); ++d) {
@@ -596,6 +601,23 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
     }
     if (!empty && op.data + olo <= out + hi && out + lo <= op.data + ohi)
       throw error("xshard: einsum output overlaps an operand");
+  }
+  // A label of extent 0 leaves nothing to sum: the output is empty or zero.
+  // The kernels never see such a problem (an empty operand's data may be
+  // null, and no offset may be added to a null pointer).
+  bool zero_extent = false;
+  for (std::size_t id = 0; id < max_einsum_labels; ++id) zero_extent = zero_extent || (ext.used[id] && ext.of[id] == 0);
+  if (zero_extent) {
+    if (accumulate || out_empty) return;
+    std::vector<std::size_t> idx(shape.size(), 0);
+    while (true) {
+      std::ptrdiff_t at = 0;
+      for (std::size_t d = 0; d < shape.size(); ++d) at += static_cast<std::ptrdiff_t>(idx[d]) * out_strides[d];
+      out[at] = T(0);
+      std::size_t d = shape.size();
+      while (d > 0 && ++idx[d - 1] == shape[d - 1]) idx[--d] = 0;
+      if (d == 0) return;
+    }
   }
   execute_einsum<T>(bind, ext, std::move(ops), out, out_strides, accumulate, plan);
 }

@@ -272,7 +272,9 @@ constexpr checked<xla_sharding> parse_hlo(std::string_view text) {
       static_vector<std::int64_t, max_array_rank> reshape;
       if (!detail::read_int_list(c, ']', reshape)) return fail();
       std::int64_t n = 1;
-      for (std::int64_t d : reshape) n = d > max_mesh_devices ? max_mesh_devices + 1 : n * d;
+      // Stops multiplying once past max_mesh_devices (each d is at most that),
+      // so the product never overflows; a product that large never matches.
+      for (std::int64_t d : reshape) n = n > max_mesh_devices ? n : n * d;
       if (n != count) {
         out.diag = detail::hlo_invalid("iota reshape dims do not multiply to the tile size");
         return out;

@@ -37,12 +37,21 @@ struct shard_slice {
 
 using tensor_shape = static_vector<std::int64_t, max_spec_rank>;
 
+namespace detail {
+/// ceil(n / d) for n >= 0, d >= 1, without overflow for any extent n.
+constexpr std::int64_t ceil_div(std::int64_t n, std::int64_t d) { return n / d + (n % d != 0 ? 1 : 0); }
+/// min(a * s, n) for a, s, n >= 0, without overflow.
+constexpr std::int64_t min_product(std::int64_t a, std::int64_t s, std::int64_t n) {
+  return s != 0 && a > n / s ? n : std::min(a * s, n);
+}
+}  // namespace detail
+
 /// Tile j of `tiles` along a dim of extent n: [min(j s, n), min((j + 1) s, n))
 /// with s = ceil(n / tiles) (torch_xla's rule: the last tiles may be short
 /// or empty).
 constexpr shard_slice tile_slice(std::int64_t n, std::int64_t tiles, std::int64_t j) {
-  const std::int64_t s = tiles > 0 ? (n + tiles - 1) / tiles : n;
-  return {std::min(j * s, n), std::min((j + 1) * s, n)};
+  const std::int64_t s = tiles > 0 ? detail::ceil_div(n, tiles) : n;
+  return {detail::min_product(j, s, n), detail::min_product(j + 1, s, n)};
 }
 
 struct shard {
@@ -65,11 +74,14 @@ struct shard_layout {
   tensor_shape tile_dims{};     ///< tiles per dim (all 1 when replicated)
   std::vector<shard> shards{};  ///< one per device, in tile-assignment order
   /// The shard held by `device`, or nullptr.
-  constexpr const shard* find(int device) const {
+  constexpr const shard* find(int device) const& {
     for (const shard& s : shards)
       if (s.device == device) return &s;
     return nullptr;
   }
+  /// Refused on a temporary layout: the pointer would dangle at the end of
+  /// the statement (name the layout first).
+  const shard* find(int device) const&& = delete;
   friend constexpr bool operator==(const shard_layout&, const shard_layout&) = default;
 };
 
@@ -131,7 +143,7 @@ constexpr checked<shard_layout> shard_slices(const xla_sharding& s, std::span<co
     return out;
   }
   for (std::size_t d = 0; d < rank; ++d) {
-    L.shard_shape.push_back((L.shape[d] + s.tile_dims[d] - 1) / s.tile_dims[d]);
+    L.shard_shape.push_back(detail::ceil_div(L.shape[d], s.tile_dims[d]));
     L.tile_dims.push_back(s.tile_dims[d]);
   }
   L.shards.reserve(s.devices.size());
