@@ -28,6 +28,7 @@
 // of the homogeneous run-time loop (scan/scan_layers.hpp) on the same layers.
 #pragma once
 
+#include <array>
 #include <boost/hana/at.hpp>           // at_c on hana::tuple
 #include <boost/hana/basic_tuple.hpp>  // the slots: flat, default-constructible
 #include <boost/hana/tuple.hpp>
@@ -66,12 +67,28 @@ struct invalid_scan_stack_pair {
   invalid_scan_stack first, second;
 };
 
-/// One object per type: `&type_tag<A> == &type_tag<B>` iff A and B are the
-/// same type, a comparison a constant expression may make. The checks below
-/// compare types by plain loops over constexpr arrays of these addresses
-/// instead of recursive templates.
-template <class T>
-inline constexpr char type_tag = 0;
+/// The checks below compare types by plain loops over constexpr arrays of
+/// std::is_same_v, each array made by one flat pack expansion instead of
+/// recursive templates. (Not by comparing addresses of one variable per
+/// type: GCC 12 with -fsanitize=undefined does not fold `&a != &b` for two
+/// distinct variables in a constant expression, which replaced the named
+/// diagnostics with "is not a constant expression".)
+template <class... T>
+struct type_list {};
+
+/// same_types(type_list<A...>, type_list<B...>)[i] == std::is_same_v<A_i, B_i>
+/// (one extra `true` at the end, so that the array is never empty).
+/// @pre sizeof...(A) == sizeof...(B)
+template <class... A, class... B>
+constexpr std::array<bool, sizeof...(A) + 1> same_types(type_list<A...>, type_list<B...>) {
+  return {std::is_same_v<A, B>..., true};
+}
+
+/// type_list<T...> without its first element, flat.
+template <class First, class... Rest>
+constexpr type_list<Rest...> drop_first(type_list<First, Rest...>) {
+  return {};
+}
 
 /// The first element of a pack, flat (no recursion).
 template <class First, class...>
@@ -101,10 +118,11 @@ constexpr int first_non_layer() {
 /// type, or -1. @pre every L is a layer.
 template <class... L>
 constexpr int first_chain_mismatch() {
-  constexpr const char* out[] = {&type_tag<typename L::output>..., nullptr};
-  constexpr const char* in[] = {&type_tag<typename L::input>..., nullptr};
+  // same[i]: layer i's output is the input of layer i + 1 (of `void` for the last).
+  constexpr auto same =
+      same_types(type_list<typename L::output...>{}, drop_first(type_list<typename L::input..., void>{}));
   for (std::size_t i = 0; i + 1 < sizeof...(L); ++i)
-    if (out[i] != in[i + 1]) return static_cast<int>(i);
+    if (!same[i]) return static_cast<int>(i);
   return -1;
 }
 
@@ -112,10 +130,9 @@ constexpr int first_chain_mismatch() {
 /// type, or -1. @pre every L is a layer; as many P as L.
 template <class... L, class... P>
 constexpr int first_params_mismatch(std::type_identity<P>...) {
-  constexpr const char* want[] = {&type_tag<typename L::params>..., nullptr};
-  constexpr const char* got[] = {&type_tag<P>..., nullptr};
+  constexpr auto same = same_types(type_list<typename L::params...>{}, type_list<P...>{});
   for (std::size_t i = 0; i < sizeof...(L); ++i)
-    if (want[i] != got[i]) return static_cast<int>(i);
+    if (!same[i]) return static_cast<int>(i);
   return -1;
 }
 
