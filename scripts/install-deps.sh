@@ -10,7 +10,7 @@
 set -euo pipefail
 
 packages=(
-  g++ cmake ninja-build clang-14 clang-format
+  g++ cmake ninja-build clang-14 libclang-rt-14-dev clang-format
   xtensor-dev libxsimd-dev xtl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
