@@ -1,36 +1,96 @@
 #!/usr/bin/env bash
-# Installs dependencies, then builds and runs every test with GCC (preset
-# `default`) and Clang 14 (preset `clang`), then checks formatting.
-# Exits non-zero on the first failure.
+# The README's test command; CI runs it (.ci/run). Installs dependencies,
+# then runs these steps in order and exits non-zero on the first failure:
+#
+#   format      clang-format check of include/ tests/ examples/ bench/.
+#   asan-ubsan  GCC 12, Debug, AddressSanitizer + UndefinedBehaviorSanitizer:
+#               builds everything and runs every test (runtime, compile-only,
+#               headers, compile-fail, contract, package, the MPI backend under
+#               mpiexec, the example). This is the GCC build of the suite.
+#   tsan        Clang 14, Debug, ThreadSanitizer: builds everything and runs
+#               every test but the MPI ones (see the tsan test preset). This
+#               is the Clang build of the suite.
+#   fuzz        Clang 14 libFuzzer + ASan + UBSan: each fuzz target for a few
+#               seconds from its corpus (tests/fuzz, ctest -L fuzz).
+#
+# Usage: scripts/test.sh [STEP...]   (default: every step, in the order above)
+# Each step's wall time is printed at the end (also after a failure).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-./scripts/install-deps.sh
-
-for preset in default clang; do
-  echo "== ${preset}: configure, build, test"
-  cmake --preset "${preset}"
-  cmake --build --preset "${preset}"
-  ctest --preset "${preset}"
+all_steps=(format asan-ubsan tsan fuzz)
+steps=("$@")
+if [ "${#steps[@]}" -eq 0 ]; then steps=("${all_steps[@]}"); fi
+for s in "${steps[@]}"; do
+  case " ${all_steps[*]} " in
+    *" $s "*) ;;
+    *)
+      echo "test.sh: unknown step '$s' (steps: ${all_steps[*]})" >&2
+      exit 2
+      ;;
+  esac
 done
 
-echo "== clang-format check"
-dirs=()
-for d in include tests examples bench; do
-  if [ -d "$d" ]; then dirs+=("$d"); fi
-done
-files=()
-if [ "${#dirs[@]}" -gt 0 ]; then
-  while IFS= read -r -d '' f; do files+=("$f"); done \
-    < <(find "${dirs[@]}" -type f \( -name '*.hpp' -o -name '*.cpp' \) -print0 | sort -z)
-fi
-if [ "${#files[@]}" -gt 0 ]; then
-  if ! out=$(clang-format --dry-run --Werror "${files[@]}" 2>&1); then
-    printf '%s\n' "$out" | head -n 60
-    echo "clang-format: these files need formatting (fix with: clang-format -i FILE...):" >&2
-    printf '%s\n' "$out" | grep -oE '^[^: ]+\.(hpp|cpp):' | tr -d : | sort -u >&2
-    exit 1
+times=()
+report_times() {
+  if [ "${#times[@]}" -gt 0 ]; then
+    echo "== wall times"
+    printf '  %s\n' "${times[@]}"
   fi
-fi
-echo "clang-format: ${#files[@]} files clean"
-echo "test.sh: all checks passed"
+}
+trap report_times EXIT
+timed() {  # timed NAME COMMAND...: runs COMMAND, records its wall time
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  times+=("$(printf '%-22s %4d s' "$name" $((SECONDS - start)))")
+}
+
+# Configure, build and test one preset (the build preset's default targets).
+preset_suite() {
+  local preset=$1
+  echo "== ${preset}: configure, build, test"
+  timed "${preset} configure" cmake --preset "${preset}"
+  timed "${preset} build" cmake --build --preset "${preset}"
+  timed "${preset} test" ctest --preset "${preset}"
+}
+
+format_check() {
+  echo "== clang-format check"
+  local dirs=() files=() out
+  for d in include tests examples bench; do
+    if [ -d "$d" ]; then dirs+=("$d"); fi
+  done
+  if [ "${#dirs[@]}" -gt 0 ]; then
+    while IFS= read -r -d '' f; do files+=("$f"); done \
+      < <(find "${dirs[@]}" -type f \( -name '*.hpp' -o -name '*.cpp' \) -print0 | sort -z)
+  fi
+  if [ "${#files[@]}" -gt 0 ]; then
+    if ! out=$(clang-format --dry-run --Werror "${files[@]}" 2>&1); then
+      printf '%s\n' "$out" | head -n 60
+      echo "clang-format: these files need formatting (fix with: clang-format -i FILE...):" >&2
+      printf '%s\n' "$out" | grep -oE '^[^: ]+\.(hpp|cpp):' | tr -d : | sort -u >&2
+      return 1
+    fi
+  fi
+  echo "clang-format: ${#files[@]} files clean"
+}
+
+fuzz_step() {
+  echo "== fuzz: configure, build, a short run of every fuzz target"
+  timed "fuzz configure" cmake --preset fuzz
+  timed "fuzz build" cmake --build --preset fuzz
+  timed "fuzz run" ctest --preset fuzz -L fuzz
+}
+
+timed "install-deps" ./scripts/install-deps.sh
+
+for s in "${steps[@]}"; do
+  case "$s" in
+    format) timed "format" format_check ;;
+    asan-ubsan) preset_suite asan-ubsan ;;
+    tsan) preset_suite tsan ;;
+    fuzz) fuzz_step ;;
+  esac
+done
+echo "test.sh: all checks passed (${steps[*]})"

@@ -6,6 +6,15 @@
 //   spmd_mpi_test abort   a body throws on position 1 while the others wait
 //                         in a collective: every rank must end (MPI_Abort),
 //                         with "xshard: device 1 (rank 1) failed: boom"
+//   spmd_mpi_test abort_late
+//                         on "x=2, y=2" with device ids 3, 2, 1, 0, position 3
+//                         throws after two rounds of all-reduces over y and x,
+//                         while the others wait in the next sub-group
+//                         all-reduce: "xshard: device 0 (rank 3) failed: late boom"
+//   spmd_mpi_test abort_unknown
+//                         position 2 throws something that is not a
+//                         std::exception while the others wait in a barrier:
+//                         "xshard: device 2 (rank 2) failed: unknown exception"
 //
 // Every rank runs the cases of tests/spmd/collective_cases.hpp on its own
 // device and prints its failures; an MPI reduction of the failure counts
@@ -71,18 +80,47 @@ void abort_case() {
   std::fprintf(stderr, "rank %d: run() returned after a failure\n", rank_of_world());
 }
 
+/// A failure after some collectives have completed, inside sub-group
+/// collectives, on a mesh whose device ids are not the ranks.
+void abort_late_case() {
+  using M = xshard::mesh<"x=2, y=2", 3, 2, 1, 0>;
+  xshard::mpi_mesh<M> devices;
+  devices.run([&](auto& dev) {
+    std::vector<float> v(8, 1.0f);
+    for (int round = 0; round < 4; ++round) {
+      if (round == 2 && dev.position() == 3) throw std::runtime_error("late boom");
+      dev.all_reduce(v, xshard::reduce_op::sum, dev.axes("y"));
+      dev.all_reduce(v, xshard::reduce_op::sum, dev.axes("x"));
+    }
+  });
+  std::fprintf(stderr, "rank %d: run() returned after a failure\n", rank_of_world());
+}
+
+/// A body that throws something other than a std::exception.
+void abort_unknown_case() {
+  using M = xshard::mesh<"x=4">;
+  xshard::mpi_mesh<M> devices;
+  devices.run([&](auto& dev) {
+    if (dev.position() == 2) throw 42;
+    dev.barrier(1);
+  });
+  std::fprintf(stderr, "rank %d: run() returned after a failure\n", rank_of_world());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
-  if (what != "4" && what != "8" && what != "abort") {
-    std::fprintf(stderr, "usage: spmd_mpi_test 4|8|abort\n");
+  if (what != "4" && what != "8" && what != "abort" && what != "abort_late" && what != "abort_unknown") {
+    std::fprintf(stderr, "usage: spmd_mpi_test 4|8|abort|abort_late|abort_unknown\n");
     return 2;
   }
   long failures = 0;
   try {
-    if (what == "abort") {
-      abort_case();
+    if (what == "abort" || what == "abort_late" || what == "abort_unknown") {
+      if (what == "abort") abort_case();
+      if (what == "abort_late") abort_late_case();
+      if (what == "abort_unknown") abort_unknown_case();
       return 1;  // not reached: the body's failure aborts every rank
     }
     if (what == "4") {

@@ -39,13 +39,35 @@
 // Counters use relaxed atomics; peak_bytes() is a compare-and-swap maximum,
 // so it is exact for one thread and never below the true peak by more than
 // the allocations in flight on other threads at the moment of the peak.
+//
+// fill_new_blocks(0xFF) makes every later block start as that byte (0xFF...
+// is a NaN as float and as double), so an element nobody writes is visible;
+// fill_new_blocks(-1) (the default) leaves new blocks as malloc gives them.
+//
+// Under Clang's AddressSanitizer or ThreadSanitizer the replacements cannot
+// be defined: Clang links the sanitizer's static runtime, which defines
+// operator new and delete itself (a multiple-definition link error). There
+// the same statistics come from the sanitizer's allocator hooks
+// (__sanitizer_install_malloc_and_free_hooks, installed before main), which
+// see every heap allocation, operator new and malloc alike, from the moment
+// they are installed; the sizes freed are the allocator's
+// (__sanitizer_get_allocated_size). GCC's sanitizer runtimes are shared
+// libraries, so GCC builds keep the replacements.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <new>
+
+#if defined(__clang__) && defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define XSHARD_TEST_ALLOC_HOOKS 1
+#include <sanitizer/allocator_interface.h>
+#endif
+#endif
 
 #if !defined(__STDCPP_DEFAULT_NEW_ALIGNMENT__)
 #error "alloc_counter.hpp needs C++17 aligned new (__STDCPP_DEFAULT_NEW_ALIGNMENT__)"
@@ -59,6 +81,7 @@ inline constinit std::atomic<std::size_t> allocations{0};
 inline constinit std::atomic<std::size_t> deallocations{0};
 inline constinit std::atomic<std::size_t> live{0};
 inline constinit std::atomic<std::size_t> peak{0};
+inline constinit std::atomic<int> fill{-1};  // byte for new blocks, or -1
 
 struct header {
   std::size_t size;    // bytes the caller asked for
@@ -77,6 +100,19 @@ inline void note_allocation(std::size_t n) noexcept {
   }
 }
 
+#if defined(XSHARD_TEST_ALLOC_HOOKS)
+inline void on_malloc(const volatile void* ptr, std::size_t n) {
+  if (const int f = fill.load(std::memory_order_relaxed); f >= 0) std::memset(const_cast<void*>(ptr), f, n);
+  note_allocation(n);
+}
+inline void on_free(const volatile void* ptr) {
+  if (!ptr) return;
+  deallocations.fetch_add(1, std::memory_order_relaxed);
+  live.fetch_sub(__sanitizer_get_allocated_size(const_cast<const void*>(ptr)), std::memory_order_relaxed);
+}
+// Not inline: an unused inline variable is never emitted (nor initialised).
+[[maybe_unused]] const bool hooks_installed = __sanitizer_install_malloc_and_free_hooks(&on_malloc, &on_free) != 0;
+#else
 /// One attempt: a counted block of n bytes aligned to `align`
 /// (0 = the default alignment), or nullptr.
 inline void* try_allocate(std::size_t n, std::size_t align) noexcept {
@@ -92,6 +128,7 @@ inline void* try_allocate(std::size_t n, std::size_t align) noexcept {
   if (!block) return nullptr;
   std::byte* p = static_cast<std::byte*>(block) + offset;
   ::new (p - header_room) header{n, offset};
+  if (const int f = fill.load(std::memory_order_relaxed); f >= 0) std::memset(p, f, n);
   note_allocation(n);
   return p;
 }
@@ -123,6 +160,7 @@ inline void deallocate(void* ptr) noexcept {
   live.fetch_sub(n, std::memory_order_relaxed);
   std::free(p - offset);
 }
+#endif  // XSHARD_TEST_ALLOC_HOOKS
 
 }  // namespace detail
 
@@ -139,8 +177,13 @@ inline void reset_peak() {
   detail::peak.store(detail::live.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
+/// Every block allocated from now on starts as `byte` (0..255), or is left
+/// as malloc gives it (-1, the default).
+inline void fill_new_blocks(int byte) { detail::fill.store(byte, std::memory_order_relaxed); }
+
 }  // namespace xshard_test::alloc_stats
 
+#if !defined(XSHARD_TEST_ALLOC_HOOKS)
 // The replacements ([replacement.functions]): not inline, so one TU only.
 // noinline: defined in the caller's TU, they would otherwise be inlined, and
 // clang -O2 then applies its allocation optimisations to the body (malloc /
@@ -200,3 +243,4 @@ inline void reset_peak() {
 [[gnu::noinline]] void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   xshard_test::alloc_stats::detail::deallocate(p);
 }
+#endif  // !XSHARD_TEST_ALLOC_HOOKS
