@@ -225,8 +225,22 @@ TEST(ScanLayersUnrolled, GradientsMatchFiniteDifferences) {
 TEST(ScanLayersUnrolled, RunTimeWidthMismatchIsAnError) {
   hetero h = make_hetero(14);
   hana::at_c<3>(h.params) = random_linear(5, 4);  // layer 3 expects 4 features; layer 2 gives 3
-  EXPECT_THROW((void)xshard::scan_layers(h.layers, h.params, h.x), xshard::error);
-  EXPECT_THROW((void)xshard::scan_layers_vjp(h.layers, h.params, h.x, h.gy, xshard::remat::recompute), xshard::error);
+  // The einsum's own message, then the layer and the pass.
+  const auto names_layer_3 = [](auto&& run) {
+    try {
+      run();
+      ADD_FAILURE() << "no error";
+    } catch (const xshard::error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind("xshard", 0), 0u) << what;
+      EXPECT_NE(what.find("einsum"), std::string::npos) << what;
+      const std::string suffix = " (scan_layers: layer 3, forward)";
+      EXPECT_TRUE(what.size() > suffix.size() && what.ends_with(suffix)) << what;
+    }
+  };
+  names_layer_3([&] { (void)xshard::scan_layers(h.layers, h.params, h.x); });
+  for (const auto policy : {xshard::remat::save_all, xshard::remat::recompute, xshard::remat::dots_saveable})
+    names_layer_3([&] { (void)xshard::scan_layers_vjp(h.layers, h.params, h.x, h.gy, policy); });
 }
 
 // A homogeneous tuple of tanh layers against the run-time loop on the

@@ -17,6 +17,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <span>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -170,6 +173,23 @@ void scatter_grad(const T* g, std::span<const std::int64_t> g_shape, std::span<c
   }
 }
 
+/// Refuses an output gradient whose shape is not the forward output's (the
+/// scatter below indexes the operand's gradient by the gradient's extents).
+template <class G, class... E>
+void check_output_gradient(const einsum_binding& fb, const G& gy, std::string_view text, const E&... ops) {
+  const std::vector<std::int64_t> s[] = {std::vector<std::int64_t>(ops.shape().begin(), ops.shape().end())...};
+  const std::vector<std::span<const std::int64_t>> shapes(std::begin(s), std::end(s));
+  const einsum_extents ext = einsum_label_extents(fb, shapes).get(text);
+  const std::string what = "xshard: einsum_vjp \"" + std::string(text) + "\": the output gradient ";
+  if (gy.dimension() != fb.output_labels.size())
+    throw error(what + "has rank " + std::to_string(gy.dimension()) + ", the output " +
+                std::to_string(fb.output_labels.size()));
+  for (std::size_t d = 0; d < fb.output_labels.size(); ++d)
+    if (static_cast<std::int64_t>(gy.shape()[d]) != ext.of[fb.output_labels[d]])
+      throw error(what + "has extent " + std::to_string(gy.shape()[d]) + " in dim " + std::to_string(d) +
+                  ", the output " + std::to_string(ext.of[fb.output_labels[d]]));
+}
+
 /// The j-th operand other than operand I.
 template <std::size_t I>
 constexpr std::size_t skip_index(std::size_t j) {
@@ -190,6 +210,9 @@ auto einsum_vjp(const G& gy, const E&... ops) {
   constexpr auto grad_text = einsum_grad<Eq, I>();
   constexpr einsum_equation geq = detail::grad_equation<Eq, I>.value;
   const auto& xi = std::get<I>(std::forward_as_tuple(ops...));
+  std::vector<std::int64_t> ranks{static_cast<std::int64_t>(ops.dimension())...};
+  const einsum_binding fb = bind_einsum(eq, ranks).get(Eq.view());
+  detail::check_output_gradient(fb, gy, Eq.view(), ops...);
   // The reduced gradient: einsum of gy and the other operands.
   auto others = [&]<std::size_t... J>(std::index_sequence<J...>) {
     return einsum<grad_text>(gy, std::get<detail::skip_index<I>(J)>(std::forward_as_tuple(ops...))...);
@@ -203,8 +226,6 @@ auto einsum_vjp(const G& gy, const E&... ops) {
   result_t dx = result_t::from_shape(xi.shape());
   // Labels: xi's own (its ellipsis dims right-aligned to the broadcast
   // ellipsis of the forward equation), the reduced gradient's.
-  std::vector<std::int64_t> ranks{static_cast<std::int64_t>(ops.dimension())...};
-  const einsum_binding fb = bind_einsum(eq, ranks).get(Eq.view());
   std::vector<int> xl(fb.operand_labels[I].begin(), fb.operand_labels[I].end());
   std::vector<std::int64_t> granks{static_cast<std::int64_t>(gy.dimension())};
   for (std::size_t j = 0; j < sizeof...(E); ++j)

@@ -11,9 +11,14 @@
 //                         forward_saving_dots / restore; others save all
 //
 // Gradients are identical (bit for bit) under every policy.
+//
+// Also shared by both forms: detail::in_layer, which names the layer and
+// the pass in an xshard::error thrown from inside a layer.
 #pragma once
 
+#include <cstddef>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "../core/error.hpp"
@@ -31,6 +36,18 @@ concept saves_dots = requires(const L& l, const typename L::params& p, const typ
   { l.forward_saving_dots(p, x) } -> std::same_as<std::pair<typename L::output, typename L::dots>>;
   { l.restore(p, x, d) } -> std::same_as<typename L::residuals>;
 };
+
+/// Runs f() as layer i's `pass` ("forward" or "backward") of a stack: an
+/// xshard::error from inside the layer (an einsum's shape check, say) is
+/// rethrown with the layer named, "<message> (scan_layers: layer 2, forward)".
+template <class F>
+decltype(auto) in_layer(std::size_t i, const char* pass, F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (const error& e) {
+    throw error(std::string(e.what()) + " (scan_layers: layer " + std::to_string(i) + ", " + pass + ")");
+  }
+}
 
 template <class L, bool Saves>
 struct dots_of {

@@ -211,7 +211,7 @@ typename L::output scan_layers(const L& l, const stacked_params<L>& params, type
   const std::size_t n = stack_depth<L>(params);
   for (std::size_t i = 0; i < n; ++i) {
     const trace_me t("scan_layers/forward", {{"layer", i}});
-    x = l.forward(detail::layer_args<L>(params, i), x).first;
+    x = detail::in_layer(i, "forward", [&] { return l.forward(detail::layer_args<L>(params, i), x).first; });
   }
   return x;
 }
@@ -241,7 +241,8 @@ class scan_layers_pullback {
     for (std::size_t i = n; i-- > 0;) {
       const trace_me t("scan_layers/backward", {{"layer", i}});
       const auto p = detail::layer_args<L>(*params_, i);
-      auto [gp, gx] = layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy);
+      auto [gp, gx] = detail::in_layer(
+          i, "backward", [&] { return layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy); });
       saved_.pop_back();  // free as we go
       grads.push_back(std::move(gp));
       gy = std::move(gx);
@@ -268,7 +269,8 @@ std::pair<typename L::output, scan_layers_pullback<L>> scan_layers_vjp(const L& 
   saved.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     const trace_me t("scan_layers/forward", {{"layer", i}});
-    auto [y, s] = remat_forward(l, detail::layer_args<L>(params, i), x, policy);
+    auto [y, s] =
+        detail::in_layer(i, "forward", [&] { return remat_forward(l, detail::layer_args<L>(params, i), x, policy); });
     saved.push_back(std::move(s));
     x = std::move(y);
   }

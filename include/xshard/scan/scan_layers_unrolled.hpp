@@ -196,11 +196,14 @@ auto unrolled_forward(const boost::hana::tuple<L...>& layers, const boost::hana:
         const trace_me t("scan_layers/forward", {{"layer", I}});
         const auto& l = boost::hana::at_c<I>(layers);
         const auto& p = boost::hana::at_c<I>(params);
+        auto step = [&](const auto& in) {
+          in_layer(I, "forward", [&] { boost::hana::at_c<I>(acts).emplace(l.forward(p, in).first); });
+        };
         if constexpr (I == 0) {
-          boost::hana::at_c<I>(acts).emplace(l.forward(p, x).first);
+          step(x);
         } else {
           auto& in = boost::hana::at_c<I - 1>(acts);
-          boost::hana::at_c<I>(acts).emplace(l.forward(p, *in).first);
+          step(*in);
           in.reset();
         }
       }(),
@@ -223,7 +226,7 @@ auto unrolled_vjp(const boost::hana::tuple<L...>& layers, const boost::hana::tup
           const auto& l = boost::hana::at_c<I>(layers);
           const auto& p = boost::hana::at_c<I>(params);
           auto step = [&](const auto& in) {
-            auto [y, s] = remat_forward(l, p, in, policy);
+            auto [y, s] = in_layer(I, "forward", [&] { return remat_forward(l, p, in, policy); });
             boost::hana::at_c<I>(saved) = std::move(s);
             if constexpr (I + 1 < n) boost::hana::at_c<I>(acts).emplace(std::move(y));  // the last output is unused
           };
@@ -249,7 +252,7 @@ auto unrolled_vjp(const boost::hana::tuple<L...>& layers, const boost::hana::tup
         const auto& p = boost::hana::at_c<i>(params);
         auto& s = boost::hana::at_c<i>(saved);
         auto step = [&](const auto& g) {
-          auto [gp, gin] = l.vjp(p, remat_residuals(l, p, std::move(s)), g);
+          auto [gp, gin] = in_layer(i, "backward", [&] { return l.vjp(p, remat_residuals(l, p, std::move(s)), g); });
           s = {};  // free as we go
           boost::hana::at_c<i>(grads).emplace(std::move(gp));
           boost::hana::at_c<i>(gx).emplace(std::move(gin));
