@@ -2,7 +2,7 @@
 // compile error naming its 1-based column and the character: the '1' at
 // column 5 of "ij,j1->ik".
 // expect: einsum_syntax_error<5, *'1'>
-#include <xshard/xshard.hpp>
+#include <xshard/einsum/einsum.hpp>
 #include <xtensor/xtensor.hpp>
 
 void use(const xt::xtensor<float, 2>& a, const xt::xtensor<float, 2>& b) {

@@ -1,7 +1,7 @@
 // A letter repeated in one operand (a diagonal) needs equal extents: 'i' is
 // 3 and 4 in operand 0, a 3 x 4 xtensor_fixed.
 // expect: einsum_diagonal_extent_mismatch<0, *'i', *3, *4>
-#include <xshard/xshard.hpp>
+#include <xshard/einsum/einsum.hpp>
 #include <xtensor/xfixed.hpp>
 
 #ifdef XSHARD_NEGATIVE

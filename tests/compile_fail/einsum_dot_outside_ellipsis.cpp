@@ -1,7 +1,7 @@
 // A '.' that does not start "..." is a compile error naming its column:
 // column 2 of "i.j,jk->ik".
 // expect: einsum_dot_outside_ellipsis<2>
-#include <xshard/xshard.hpp>
+#include <xshard/einsum/einsum.hpp>
 #include <xtensor/xtensor.hpp>
 
 void use(const xt::xtensor<float, 2>& a, const xt::xtensor<float, 2>& b) {

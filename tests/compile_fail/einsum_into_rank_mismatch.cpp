@@ -1,7 +1,7 @@
 // einsum_into's output must have the equation's rank: "ij,jk->ik" gives
 // rank 2, the output is an xt::xtensor<float, 3>.
 // expect: einsum_into: the output tensor.s rank does not match the equation
-#include <xshard/xshard.hpp>
+#include <xshard/einsum/einsum.hpp>
 #include <xtensor/xtensor.hpp>
 
 void use([[maybe_unused]] xt::xtensor<float, 3>& out3, [[maybe_unused]] xt::xtensor<float, 2>& out2,

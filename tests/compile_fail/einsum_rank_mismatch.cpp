@@ -1,7 +1,7 @@
 // The subscripts of an operand must match its static rank: "ij" names 2
 // dims of operand 0, an xt::xtensor<float, 3>.
 // expect: einsum_rank_mismatch<0, *2, *3>
-#include <xshard/xshard.hpp>
+#include <xshard/einsum/einsum.hpp>
 #include <xtensor/xtensor.hpp>
 
 void use(const xt::xtensor<float, 3>& x, const xt::xtensor<float, 2>& w) {

@@ -1,6 +1,6 @@
 // More operands than subscript terms: two terms, three operands.
 // expect: einsum_operand_count_mismatch<2, *3>
-#include <xshard/xshard.hpp>
+#include <xshard/einsum/einsum.hpp>
 #include <xtensor/xtensor.hpp>
 
 void use(const xt::xtensor<float, 2>& a, const xt::xtensor<float, 2>& b) {

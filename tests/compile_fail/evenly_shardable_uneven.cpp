@@ -1,7 +1,7 @@
 // check_evenly_shardable names the dim, its extent and the tile count: dim 1
 // of extent 3 does not split into 2 tiles over `model`.
 // expect: uneven_shard<1, *3, *2>
-#include <xshard/xshard.hpp>
+#include <xshard/sharding/shardable.hpp>
 #include <xtensor/xfixed.hpp>
 
 using M = xshard::mesh<"data=4, model=2">;

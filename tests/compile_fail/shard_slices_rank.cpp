@@ -3,7 +3,7 @@
 // expect: spec_rank_mismatch<2, *1>
 #include <array>
 #include <cstdint>
-#include <xshard/xshard.hpp>
+#include <xshard/sharding/shards.hpp>
 
 using M = xshard::mesh<"data=4, model=2">;
 using S = xshard::spec<"data, model">;

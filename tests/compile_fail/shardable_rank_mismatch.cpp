@@ -1,7 +1,7 @@
 // check_shardable names both ranks when the spec's length is not the tensor's
 // rank: a 1-entry spec for a rank-2 xtensor.
 // expect: spec_rank_mismatch<1, *2>
-#include <xshard/xshard.hpp>
+#include <xshard/sharding/shardable.hpp>
 #include <xtensor/xtensor.hpp>
 
 using M = xshard::mesh<"data=4, model=2">;

@@ -1,6 +1,6 @@
 // An axis index must name one of the mesh's axes: index 2 on a 2-axis mesh.
 // expect: axis_index_out_of_range<2, *2>
-#include <xshard/xshard.hpp>
+#include <xshard/sharding/sharding.hpp>
 
 using M = xshard::mesh<"data=4, model=2">;
 

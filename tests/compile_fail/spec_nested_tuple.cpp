@@ -1,7 +1,7 @@
 // Tuples in a partition spec cannot nest; the error carries the column of the
 // inner '(' (column 8 of "(data, (model))").
 // expect: nested_tuple_in_spec<8>
-#include <xshard/xshard.hpp>
+#include <xshard/sharding/sharding.hpp>
 
 using M = xshard::mesh<"data=4, model=2">;
 

@@ -1,7 +1,7 @@
 // A partition spec that names an axis the mesh does not have is a compile
 // error that names the axis and lists the mesh's axes.
 // expect: unknown_axis_name<xshard::axis<'f', *'o', *'o'>, *xshard::mesh_axes_are<'d'.*'m', *'o', *'d', *'e', *'l'>
-#include <xshard/xshard.hpp>
+#include <xshard/sharding/sharding.hpp>
 
 using M = xshard::mesh<"data=4, model=2">;
 

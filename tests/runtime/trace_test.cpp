@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>  // setenv
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -690,6 +691,31 @@ TEST(TraceEnvDeathTest, WritesTraceAtExit) {
   const auto xs = complete_events(*root);
   ASSERT_EQ(xs.size(), 1u);
   EXPECT_EQ(xs[0]->at("name").str(), "at exit");
+  std::remove(path.c_str());
+}
+
+// The variable itself: read when the process first touches the tracer (here
+// the first scope), not by a static initialiser; nothing traced before.
+TEST(TraceEnvDeathTest, VariableIsReadOnFirstUse) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: no tracer yet
+  const std::string path = ::testing::TempDir() + "xshard_trace_env_var_test.json";
+  std::remove(path.c_str());
+  EXPECT_EXIT(
+      {
+        if (xshard::detail::trace_mode.load() != xshard::detail::trace_unread) std::exit(3);
+        ::setenv("XSHARD_TRACE", path.c_str(), 1);
+        { xshard::trace_me t("first scope"); }
+        if (!xshard::tracer::instance().enabled()) std::exit(4);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in) << "no trace written to " << path;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const json_ptr root = parse_json(text);
+  const auto xs = complete_events(*root);
+  ASSERT_EQ(xs.size(), 1u);
+  EXPECT_EQ(xs[0]->at("name").str(), "first scope");
   std::remove(path.c_str());
 }
 

@@ -36,7 +36,7 @@
 namespace xshard::detail {
 
 /// Reduce and keep the reduced dim (extent 1), evaluated now.
-inline const auto keep_dims_now = xt::keep_dims | xt::evaluation_strategy::immediate;
+inline auto keep_dims_now() { return xt::keep_dims | xt::evaluation_strategy::immediate; }
 
 /// The trace scope of one call of composite `id` running in `mode` (see the
 /// header comment); hold it for the call:

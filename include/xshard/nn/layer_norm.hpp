@@ -74,9 +74,9 @@ template <class R, class X, class W, class B>
 layer_norm_result<R> layer_norm_decomposition(const X& x, const W* weight, const B* bias, typename R::value_type eps) {
   using T = typename R::value_type;
   const std::array<std::size_t, 1> ax{x.dimension() - 1};
-  R mean = xt::mean(x, ax, keep_dims_now);
+  R mean = xt::mean(x, ax, keep_dims_now());
   const R centred = x - mean;
-  const R var = xt::mean(centred * centred, ax, keep_dims_now);
+  const R var = xt::mean(centred * centred, ax, keep_dims_now());
   R rstd = T(1) / xt::sqrt(var + eps);
   R y = centred * rstd;
   if (weight) y *= *weight;
@@ -91,8 +91,8 @@ layer_norm_gradients<R> layer_norm_backward_decomposition(const G& g, const X& x
   const std::array<std::size_t, 1> ax{x.dimension() - 1};
   const R xhat = (x - mean) * rstd;
   const R gw = weight ? R(g * *weight) : R(g);
-  const R a = xt::mean(gw, ax, keep_dims_now);
-  const R b = xt::mean(gw * xhat, ax, keep_dims_now);
+  const R a = xt::mean(gw, ax, keep_dims_now());
+  const R b = xt::mean(gw * xhat, ax, keep_dims_now());
   layer_norm_gradients<R> out;
   out.input = rstd * (gw - a - xhat * b);
   const std::size_t rows = n ? x.size() / n : 0;

@@ -31,16 +31,16 @@ namespace detail {
 template <class R, class X>
 R softmax_decomposition(const X& x, std::size_t axis) {
   const std::array<std::size_t, 1> ax{axis};
-  const R m = xt::amax(x, ax, keep_dims_now);
+  const R m = xt::amax(x, ax, keep_dims_now());
   const R e = xt::exp(x - m);
-  const R s = xt::sum(e, ax, keep_dims_now);
+  const R s = xt::sum(e, ax, keep_dims_now());
   return R(e / s);
 }
 
 template <class R, class G, class Y>
 R softmax_backward_decomposition(const G& g, const Y& y, std::size_t axis) {
   const std::array<std::size_t, 1> ax{axis};
-  const R dot = xt::sum(g * y, ax, keep_dims_now);
+  const R dot = xt::sum(g * y, ax, keep_dims_now());
   return R(y * (g - dot));
 }
 

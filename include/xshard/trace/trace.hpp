@@ -43,11 +43,15 @@
 //   * write_chrome_json() may run while other threads trace: it copies each
 //     buffer under its lock and sorts by (device, tid, ts, longer first).
 //
-// Environment: XSHARD_TRACE=path.json starts tracing at program start-up
-// (static initialisation of the first translation unit that includes this
-// header) and writes the trace to that path at normal process exit (return
-// from main or std::exit; not on abort or _exit). A write error is reported
-// on stderr. Relative paths resolve against the working directory at exit.
+// Environment: XSHARD_TRACE=path.json starts tracing when the process first
+// touches the tracer (the first trace_me scope opened or any tracer::instance()
+// call; nothing is recorded before that, so this is the same as starting at
+// program start-up) and writes the trace to that path at normal process exit
+// (return from main or std::exit; not on abort or _exit). A write error is
+// reported on stderr. Relative paths resolve against the working directory at
+// exit. The variable is read on first use, not by a static initialiser: a
+// translation unit that includes this header and traces nothing compiles no
+// code of it.
 #pragma once
 
 #include <algorithm>
@@ -146,8 +150,14 @@ class trace_arg_view {
 
 namespace detail {
 
-/// The switch every scope reads (constant-initialised: no guard, no call).
-inline std::atomic<bool> trace_on{false};
+/// The switch every scope reads (constant-initialised: no guard, no call):
+/// trace_off, trace_on, or trace_unread before the tracer has been created
+/// (and XSHARD_TRACE read). Scopes test `!= trace_off`, so the disabled cost
+/// stays one relaxed load and a branch.
+enum trace_mode_value : signed char { trace_off = 0, trace_on = 1, trace_unread = 2 };
+inline std::atomic<signed char> trace_mode{trace_unread};
+
+inline bool trace_recording() noexcept { return trace_mode.load(std::memory_order_relaxed) == trace_on; }
 
 /// The device of the calling thread (see trace_device_scope).
 inline thread_local int trace_device = 0;
@@ -187,6 +197,7 @@ inline trace_thread_state& trace_local() {
 
 inline std::shared_ptr<trace_buffer>& trace_local_buffer();
 inline void trace_write_at_exit() noexcept;
+inline void trace_register_exit_writer();
 inline bool trace_to_file_at_exit(const char* path);
 
 // JSON text -----------------------------------------------------------------
@@ -333,10 +344,10 @@ class tracer {
   tracer& operator=(const tracer&) = delete;
 
   /// Scopes opened from now on are recorded.
-  void start() noexcept { detail::trace_on.store(true, std::memory_order_relaxed); }
+  void start() noexcept { detail::trace_mode.store(detail::trace_on, std::memory_order_relaxed); }
   /// Scopes closing from now on are dropped; recorded events are kept.
-  void stop() noexcept { detail::trace_on.store(false, std::memory_order_relaxed); }
-  bool enabled() const noexcept { return detail::trace_on.load(std::memory_order_relaxed); }
+  void stop() noexcept { detail::trace_mode.store(detail::trace_off, std::memory_order_relaxed); }
+  bool enabled() const noexcept { return detail::trace_recording(); }
 
   /// Drops every recorded event (does not stop tracing).
   void clear() {
@@ -451,7 +462,19 @@ class tracer {
     std::map<std::uint32_t, std::string> thread_names;
   };
 
-  tracer() : epoch_ns_(detail::trace_now_ns()) {}
+  /// Reads XSHARD_TRACE (see the top of this file): tracing starts with the
+  /// tracer when it names a file; otherwise the mode leaves trace_unread.
+  tracer() : epoch_ns_(detail::trace_now_ns()) {
+    const char* path = std::getenv("XSHARD_TRACE");
+    if (path != nullptr && *path != '\0') {
+      exit_path_ = path;
+      detail::trace_register_exit_writer();
+      start();
+    } else {
+      signed char unread = detail::trace_unread;
+      detail::trace_mode.compare_exchange_strong(unread, detail::trace_off, std::memory_order_relaxed);
+    }
+  }
 
   std::shared_ptr<detail::trace_buffer> register_thread() {
     auto buffer = std::make_shared<detail::trace_buffer>();
@@ -530,12 +553,12 @@ class trace_device_scope {
 class trace_me {
  public:
   [[nodiscard]] explicit trace_me(std::string_view name) noexcept {
-    if (detail::trace_on.load(std::memory_order_relaxed)) [[unlikely]]
+    if (detail::trace_mode.load(std::memory_order_relaxed) != detail::trace_off) [[unlikely]]
       begin(name, {});
   }
   /// With args: `xshard::trace_me t("scan/iter", {{"i", i}, {"mode", "fast"}});`
   [[nodiscard]] trace_me(std::string_view name, std::initializer_list<trace_arg_view> args) noexcept {
-    if (detail::trace_on.load(std::memory_order_relaxed)) [[unlikely]]
+    if (detail::trace_mode.load(std::memory_order_relaxed) != detail::trace_off) [[unlikely]]
       begin(name, args);
   }
   ~trace_me() {
@@ -559,6 +582,8 @@ class trace_me {
  private:
   void begin(std::string_view name, std::initializer_list<trace_arg_view> args) noexcept {
     try {
+      if (detail::trace_mode.load(std::memory_order_relaxed) == detail::trace_unread) tracer::instance();
+      if (!detail::trace_recording()) return;
       detail::trace_local_buffer();
       detail::trace_thread_state& state = detail::trace_local();
       if (state.depth == state.open.size()) state.open.emplace_back();
@@ -586,7 +611,7 @@ class trace_me {
     const std::int64_t end_ns = detail::trace_now_ns();  // first: the event excludes this bookkeeping
     detail::trace_thread_state& state = detail::trace_local();
     detail::trace_open_scope& scope = state.open[static_cast<std::size_t>(slot_)];
-    if (detail::trace_on.load(std::memory_order_relaxed)) {
+    if (detail::trace_recording()) {
       try {
         detail::trace_buffer& buffer = *state.buffer;
         trace_event event{std::move(scope.name), scope.begin_ns, end_ns - scope.begin_ns,
@@ -629,18 +654,21 @@ inline void trace_write_at_exit() noexcept {
 /// Returns whether tracing was started.
 inline bool trace_to_file_at_exit(const char* path) {
   if (path == nullptr || *path == '\0') return false;
-  static std::atomic<bool> registered{false};
   tracer& t = tracer::instance();
   {
     std::lock_guard lock(t.mu_);
     t.exit_path_ = path;
   }
-  if (!registered.exchange(true)) std::atexit(+[] { trace_write_at_exit(); });
+  trace_register_exit_writer();
   t.start();
   return true;
 }
 
-inline const bool trace_env_started = trace_to_file_at_exit(std::getenv("XSHARD_TRACE"));
+/// Registers trace_write_at_exit with std::atexit, once per process.
+inline void trace_register_exit_writer() {
+  static std::atomic<bool> registered{false};
+  if (!registered.exchange(true)) std::atexit(+[] { trace_write_at_exit(); });
+}
 
 }  // namespace detail
 
