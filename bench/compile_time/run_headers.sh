@@ -36,10 +36,9 @@ cp -r "${root}/include" "${out}/include"
 tus=(deps)
 printf '#include <xtensor/xtensor.hpp>\n#include <xtensor/xarray.hpp>\n#include <xsimd/xsimd.hpp>\n#include <boost/hana.hpp>\nint main() {}\n' \
   >"${out}/src/deps.cpp"
-declare -A header_of
 while IFS= read -r h; do
   id="$(echo "${h}" | tr '/.' '__')"
-  header_of[${id}]="${h}"
+  echo "${id},${h}" >>"${out}/headers.csv"
   tus+=("${id}")
   printf '#include <%s>\nint main() {}\n' "${h}" >"${out}/src/${id}.cpp"
 done < <(cd "${out}/include" && find xshard -name '*.hpp' | sort)
@@ -63,6 +62,7 @@ done
 python3 - "${out}" "${cxx}" <<'PY'
 import csv, statistics, sys, collections, platform, subprocess
 out, cxx = sys.argv[1], sys.argv[2]
+header = dict(l.strip().split(",", 1) for l in open(f"{out}/headers.csv"))
 rows = collections.defaultdict(list)
 for r in csv.DictReader(open(f"{out}/raw.csv")):
     rows[r["tu"]].append(r)
@@ -75,7 +75,7 @@ lines = [f"Compiler: {ver}; `-std=c++20 -O2 -c` of `#include <HEADER>` + `int ma
          f"medians of {len(rows['deps'])} runs; CPU: {cpu} ({', '.join(isa[:3])}{', ...' if len(isa) > 3 else ''}).", "",
          "| TU includes | CPU s | wall s | x deps | peak MB | xshard code bytes |", "|---|---:|---:|---:|---:|---:|"]
 for tu in sorted(rows, key=lambda t: (t != "deps", t)):
-    name = "dependencies only (xtensor, xarray, xsimd, hana)" if tu == "deps" else "`" + tu.replace("xshard_", "xshard/", 1).replace("_hpp", ".hpp") + "`"
+    name = "dependencies only (xtensor, xarray, xsimd, hana)" if tu == "deps" else "`" + header[tu] + "`"
     lines.append(f"| {name} | {med(tu,'cpu_s'):.2f} | {med(tu,'wall_s'):.2f} | {med(tu,'cpu_s')/base:.2f} | "
                  f"{med(tu,'max_rss_kb')/1024:.0f} | {int(med(tu,'xshard_code_bytes'))} |")
 open(f"{out}/results.md", "w").write("\n".join(lines) + "\n")

@@ -24,6 +24,7 @@
 #include <string>
 #include <type_traits>
 #include <xsimd/xsimd.hpp>
+#include <xtensor/xadapt.hpp>  // xt::adapt: the decompositions' views of contiguous buffers
 #include <xtensor/xarray.hpp>
 #include <xtensor/xreducer.hpp>  // xt::keep_dims
 #include <xtensor/xtensor.hpp>
@@ -65,6 +66,18 @@ struct composite_result<T, -1> {
 /// xt::xtensor<T, N> for an operand of static rank N, else xt::xarray<T>.
 template <class E, class T = composite_value_t<E>>
 using composite_result_t = typename composite_result<T, tensor_rank_v<E>>::type;
+
+/// A contiguous row-major buffer as an xtensor expression of the given
+/// shape (no copy, no ownership). The decompositions run on such views of a
+/// canonical rank (elementwise: 1; softmax: (outer, extent, inner); layer
+/// norm: (rows, n)), so each is instantiated once per value type, not once
+/// per operand type and rank.
+template <class T, std::size_t N>
+auto adapt_buffer(T* p, const std::array<std::size_t, N>& shape) {
+  std::size_t n = 1;
+  for (const std::size_t e : shape) n *= e;
+  return xt::adapt(p, n, xt::no_ownership(), shape);
+}
 
 /// `e` itself if it is already a row-major container of type R, else `e`
 /// evaluated into `keep`.

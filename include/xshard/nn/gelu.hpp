@@ -10,7 +10,7 @@
 //
 // e.g. gelu(1) = 0.8413447460685429 (none), 0.8411919906082768 (tanh).
 // The decomposition is that formula as one xtensor expression (xt::erf,
-// xt::tanh, xt::exp, evaluated element by element); the kernel is the same
+// xt::tanh, xt::exp, evaluated element by element, on a rank-1 view); the kernel is the same
 // formula on xsimd batches, one pass over contiguous data. Which runs is
 // composite_policy's choice for "gelu" / "gelu_backward" unless a
 // composite_mode is passed. Both propagate NaN; gelu(+inf) = +inf, and
@@ -55,29 +55,38 @@ struct gelu_constants {
 };
 
 // ---- decomposition: primitive xtensor expressions -------------------------
+// Elementwise, so they run on rank-1 views of the contiguous buffers.
 
-template <class R, class X>
-R gelu_decomposition(const X& x, gelu_approximate a) {
-  using T = typename R::value_type;
+template <class T>
+void gelu_decomposition(const T* x_data, T* y_data, std::size_t n, gelu_approximate a) {
   using c = gelu_constants<T>;
-  if (a == gelu_approximate::none) return R(c::half * x * (c::one + xt::erf(x * c::sqrt1_2)));
-  return R(c::half * x * (c::one + xt::tanh(c::beta * (x + c::kappa * (x * x * x)))));
+  const std::array<std::size_t, 1> shape{n};
+  const auto x = adapt_buffer(x_data, shape);
+  auto y = adapt_buffer(y_data, shape);
+  if (a == gelu_approximate::none)
+    y = c::half * x * (c::one + xt::erf(x * c::sqrt1_2));
+  else
+    y = c::half * x * (c::one + xt::tanh(c::beta * (x + c::kappa * (x * x * x))));
 }
 
-template <class R, class G, class X>
-R gelu_backward_decomposition(const G& g, const X& x, gelu_approximate a) {
-  using T = typename R::value_type;
+template <class T>
+void gelu_backward_decomposition(const T* g_data, const T* x_data, T* dx_data, std::size_t n, gelu_approximate a) {
   using c = gelu_constants<T>;
+  const std::array<std::size_t, 1> shape{n};
+  const auto g = adapt_buffer(g_data, shape);
+  const auto x = adapt_buffer(x_data, shape);
+  auto dx = adapt_buffer(dx_data, shape);
   if (a == gelu_approximate::none) {
     auto cdf = c::half * (c::one + xt::erf(x * c::sqrt1_2));
     auto pdf = xt::exp(-c::half * (x * x)) * c::inv_sqrt_2pi;
-    return R(g * (cdf + x * pdf));
+    dx = g * (cdf + x * pdf);
+    return;
   }
   // Evaluated once: tanh is used twice.
-  const R t = xt::tanh(c::beta * (x + c::kappa * (x * x * x)));
+  const xt::xtensor<T, 1> t = xt::tanh(c::beta * (x + c::kappa * (x * x * x)));
   auto left_derivative = c::half * (c::one + t);
   auto right_derivative = (c::one - t * t) * (c::beta * (c::one + c::three_kappa * (x * x)));
-  return R(g * (left_derivative + (c::half * x) * right_derivative));
+  dx = g * (left_derivative + (c::half * x) * right_derivative);
 }
 
 // ---- fused kernel: the same formulas on xsimd batches ---------------------
@@ -170,9 +179,11 @@ detail::composite_result_t<E> gelu(const E& x, gelu_approximate approximate, com
   using R = detail::composite_result_t<E>;
   std::optional<R> keep;
   const R& xc = detail::contiguous<R>(x, keep);
-  if (mode == composite_mode::decompose) return detail::gelu_decomposition<R>(xc, approximate);
   R y = R::from_shape(xc.shape());
-  detail::gelu_kernel<T>(xc.data(), y.data(), xc.size(), approximate);
+  if (mode == composite_mode::decompose)
+    detail::gelu_decomposition<T>(xc.data(), y.data(), xc.size(), approximate);
+  else
+    detail::gelu_kernel<T>(xc.data(), y.data(), xc.size(), approximate);
   return y;
 }
 
@@ -202,9 +213,11 @@ detail::composite_result_t<E> gelu_backward(const G& grad, const E& x, gelu_appr
   const R& xc = detail::contiguous<R>(x, keep_x);
   detail::require_same_shape(grad, xc, "gelu_backward", "grad", "x");
   const R& gc = detail::contiguous<R>(grad, keep_g);
-  if (mode == composite_mode::decompose) return detail::gelu_backward_decomposition<R>(gc, xc, approximate);
   R dx = R::from_shape(xc.shape());
-  detail::gelu_backward_kernel<T>(gc.data(), xc.data(), dx.data(), xc.size(), approximate);
+  if (mode == composite_mode::decompose)
+    detail::gelu_backward_decomposition<T>(gc.data(), xc.data(), dx.data(), xc.size(), approximate);
+  else
+    detail::gelu_backward_kernel<T>(gc.data(), xc.data(), dx.data(), xc.size(), approximate);
   return dx;
 }
 

@@ -69,39 +69,48 @@ S stats_shape(const S& shape) {
 }
 
 // ---- decomposition ----------------------------------------------------------
+// On (rows, n) views of the contiguous buffers (statistics (rows, 1)), with
+// the kernels' signatures.
 
-template <class R, class X, class W, class B>
-layer_norm_result<R> layer_norm_decomposition(const X& x, const W* weight, const B* bias, typename R::value_type eps) {
-  using T = typename R::value_type;
-  const std::array<std::size_t, 1> ax{x.dimension() - 1};
-  R mean = xt::mean(x, ax, keep_dims_now());
-  const R centred = x - mean;
-  const R var = xt::mean(centred * centred, ax, keep_dims_now());
-  R rstd = T(1) / xt::sqrt(var + eps);
-  R y = centred * rstd;
-  if (weight) y *= *weight;
-  if (bias) y += *bias;
-  return {std::move(y), std::move(mean), std::move(rstd)};
+template <class T>
+void layer_norm_decomposition(const T* x_data, T* y_data, T* mean_data, T* rstd_data, std::size_t rows, std::size_t n,
+                              layer_norm_params<T> p, T eps) {
+  const std::array<std::size_t, 2> shape{rows, n}, stats{rows, 1};
+  const std::array<std::size_t, 1> ax{1}, last{n};
+  const auto x = adapt_buffer(x_data, shape);
+  auto y = adapt_buffer(y_data, shape);
+  auto mean = adapt_buffer(mean_data, stats);
+  auto rstd = adapt_buffer(rstd_data, stats);
+  mean = xt::mean(x, ax, keep_dims_now());
+  const xt::xtensor<T, 2> centred = x - mean;
+  const xt::xtensor<T, 2> var = xt::mean(centred * centred, ax, keep_dims_now());
+  rstd = T(1) / xt::sqrt(var + eps);
+  y = centred * rstd;
+  if (p.weight) y *= adapt_buffer(p.weight, last);
+  if (p.bias) y += adapt_buffer(p.bias, last);
 }
 
-template <class R, class G, class X, class W>
-layer_norm_gradients<R> layer_norm_backward_decomposition(const G& g, const X& x, const R& mean, const R& rstd,
-                                                          const W* weight) {
-  const std::size_t n = x.shape()[x.dimension() - 1];
-  const std::array<std::size_t, 1> ax{x.dimension() - 1};
+template <class T>
+void layer_norm_backward_decomposition(const T* g_data, const T* x_data, const T* mean_data, const T* rstd_data,
+                                       const T* weight_data, T* dx_data, T* dw_data, T* db_data, std::size_t rows,
+                                       std::size_t n) {
+  const std::array<std::size_t, 2> shape{rows, n}, stats{rows, 1};
+  const std::array<std::size_t, 1> ax{1}, first{0}, last{n};
+  const auto g = adapt_buffer(g_data, shape);
+  const auto x = adapt_buffer(x_data, shape);
+  const auto mean = adapt_buffer(mean_data, stats);
+  const auto rstd = adapt_buffer(rstd_data, stats);
+  auto dx = adapt_buffer(dx_data, shape);
+  auto dw = adapt_buffer(dw_data, last);
+  auto db = adapt_buffer(db_data, last);
+  using R = xt::xtensor<T, 2>;
   const R xhat = (x - mean) * rstd;
-  const R gw = weight ? R(g * *weight) : R(g);
+  const R gw = weight_data ? R(g * adapt_buffer(weight_data, last)) : R(g);
   const R a = xt::mean(gw, ax, keep_dims_now());
   const R b = xt::mean(gw * xhat, ax, keep_dims_now());
-  layer_norm_gradients<R> out;
-  out.input = rstd * (gw - a - xhat * b);
-  const std::size_t rows = n ? x.size() / n : 0;
-  const std::array<std::size_t, 2> mat{rows, n};
-  const std::array<std::size_t, 1> first{0};
-  const R gx = g * xhat;
-  out.weight = xt::sum(xt::reshape_view(gx, mat), first, xt::evaluation_strategy::immediate);
-  out.bias = xt::sum(xt::reshape_view(g, mat), first, xt::evaluation_strategy::immediate);
-  return out;
+  dx = rstd * (gw - a - xhat * b);
+  dw = xt::sum(g * xhat, first, xt::evaluation_strategy::immediate);
+  db = xt::sum(g, first, xt::evaluation_strategy::immediate);
 }
 
 // ---- fused kernel -----------------------------------------------------------
@@ -227,11 +236,10 @@ layer_norm_result<composite_result_t<E>> layer_norm_impl(const E& x, const W* we
     nan.fill(std::numeric_limits<T>::quiet_NaN());
     return {R::from_shape(xc.shape()), nan, nan};
   }
-  if (mode == composite_mode::decompose) return layer_norm_decomposition<R>(xc, w, b, static_cast<T>(eps));
   layer_norm_result<R> out{R::from_shape(xc.shape()), R::from_shape(sshape), R::from_shape(sshape)};
   layer_norm_params<T> p{w ? w->data() : nullptr, b ? b->data() : nullptr};
-  layer_norm_kernel<T>(xc.data(), out.output.data(), out.mean.data(), out.rstd.data(), xc.size() / n, n, p,
-                       static_cast<T>(eps));
+  const auto run = mode == composite_mode::decompose ? &layer_norm_decomposition<T> : &layer_norm_kernel<T>;
+  run(xc.data(), out.output.data(), out.mean.data(), out.rstd.data(), xc.size() / n, n, p, static_cast<T>(eps));
   return out;
 }
 
@@ -267,10 +275,11 @@ layer_norm_gradients<composite_result_t<E>> layer_norm_backward_impl(const G& gr
     out.bias.fill(T(0));
     return out;
   }
-  if (mode == composite_mode::decompose) return layer_norm_backward_decomposition<R>(gc, xc, mc, sc, w);
   layer_norm_gradients<R> out{R::from_shape(xc.shape()), P::from_shape({n}), P::from_shape({n})};
-  layer_norm_backward_kernel<T>(gc.data(), xc.data(), mc.data(), sc.data(), w ? w->data() : nullptr, out.input.data(),
-                                out.weight.data(), out.bias.data(), xc.size() / n, n);
+  const auto run =
+      mode == composite_mode::decompose ? &layer_norm_backward_decomposition<T> : &layer_norm_backward_kernel<T>;
+  run(gc.data(), xc.data(), mc.data(), sc.data(), w ? w->data() : nullptr, out.input.data(), out.weight.data(),
+      out.bias.data(), xc.size() / n, n);
   return out;
 }
 

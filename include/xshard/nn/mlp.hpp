@@ -145,20 +145,20 @@ struct mlp_block {
     sharded_einsum_plan plan;
   };
   /// The forward's einsums, in order.
-  static constexpr std::array<step_plan, 2> forward_plans() requires Sharded<input> {
+  static consteval std::array<step_plan, 2> forward_plans() requires Sharded<input> {
     using W1 = std::tuple_element_t<0, params>;
     using W2 = std::tuple_element_t<2, params>;
     return {{{"h = x W1^T + b1", einsum_plan_of<"...n,mn->...m", input, W1>()},
              {"y = x + gelu(h) W2^T + b2", einsum_plan_of<"...m,km->...k", hidden_activation, W2>()}}};
   }
   /// The output constraint's plan (the batch layout again).
-  static constexpr redist_plan constrain_plan() requires Sharded<input> {
+  static consteval redist_plan constrain_plan() requires Sharded<input> {
     using W2 = std::tuple_element_t<2, params>;
     using Z = decltype(einsum<"...m,km->...k">(std::declval<const hidden_activation&>(), std::declval<const W2&>()));
     return redistribute_plan<Z, typename Layout::batch>();
   }
   /// The backward's einsums, in order.
-  static constexpr std::array<step_plan, 6> backward_plans() requires Sharded<input> {
+  static consteval std::array<step_plan, 6> backward_plans() requires Sharded<input> {
     using W1 = std::tuple_element_t<0, params>;
     using B1 = std::tuple_element_t<1, params>;
     using W2 = std::tuple_element_t<2, params>;
@@ -175,12 +175,12 @@ struct mlp_block {
     }};
   }
   /// Collectives per layer: forward (with the constraint) and backward.
-  static constexpr std::size_t forward_collectives() requires Sharded<input> {
+  static consteval std::size_t forward_collectives() requires Sharded<input> {
     std::size_t n = constrain_plan().collective_count();
     for (const step_plan& s : forward_plans()) n += s.plan.collective_count();
     return n;
   }
-  static constexpr std::size_t backward_collectives() requires Sharded<input> {
+  static consteval std::size_t backward_collectives() requires Sharded<input> {
     std::size_t n = 0;
     for (const step_plan& s : backward_plans()) n += s.plan.collective_count();
     return n;

@@ -27,21 +27,29 @@ namespace xshard {
 namespace detail {
 
 // ---- decomposition ----------------------------------------------------------
+// On (outer, extent, inner) views of the contiguous buffers, along axis 1.
 
-template <class R, class X>
-R softmax_decomposition(const X& x, std::size_t axis) {
-  const std::array<std::size_t, 1> ax{axis};
-  const R m = xt::amax(x, ax, keep_dims_now());
-  const R e = xt::exp(x - m);
-  const R s = xt::sum(e, ax, keep_dims_now());
-  return R(e / s);
+template <class T>
+void softmax_decomposition(const T* x_data, T* y_data, axis_split s) {
+  const std::array<std::size_t, 3> shape{s.outer, s.extent, s.inner};
+  const std::array<std::size_t, 1> ax{1};
+  const auto x = adapt_buffer(x_data, shape);
+  auto y = adapt_buffer(y_data, shape);
+  const xt::xtensor<T, 3> m = xt::amax(x, ax, keep_dims_now());
+  const xt::xtensor<T, 3> e = xt::exp(x - m);
+  const xt::xtensor<T, 3> sum = xt::sum(e, ax, keep_dims_now());
+  y = e / sum;
 }
 
-template <class R, class G, class Y>
-R softmax_backward_decomposition(const G& g, const Y& y, std::size_t axis) {
-  const std::array<std::size_t, 1> ax{axis};
-  const R dot = xt::sum(g * y, ax, keep_dims_now());
-  return R(y * (g - dot));
+template <class T>
+void softmax_backward_decomposition(const T* g_data, const T* y_data, T* dx_data, axis_split s) {
+  const std::array<std::size_t, 3> shape{s.outer, s.extent, s.inner};
+  const std::array<std::size_t, 1> ax{1};
+  const auto g = adapt_buffer(g_data, shape);
+  const auto y = adapt_buffer(y_data, shape);
+  auto dx = adapt_buffer(dx_data, shape);
+  const xt::xtensor<T, 3> dot = xt::sum(g * y, ax, keep_dims_now());
+  dx = y * (g - dot);
 }
 
 // ---- fused kernel -----------------------------------------------------------
@@ -171,9 +179,11 @@ detail::composite_result_t<E> softmax(const E& x, std::ptrdiff_t dim, composite_
   const R& xc = detail::contiguous<R>(x, keep);
   const std::size_t axis = detail::normalize_dim(dim, xc.dimension(), "softmax");
   if (xc.size() == 0) return R::from_shape(xc.shape());
-  if (mode == composite_mode::decompose) return detail::softmax_decomposition<R>(xc, axis);
   R y = R::from_shape(xc.shape());
-  detail::softmax_kernel<T>(xc.data(), y.data(), detail::split_at(xc.shape(), axis));
+  if (mode == composite_mode::decompose)
+    detail::softmax_decomposition<T>(xc.data(), y.data(), detail::split_at(xc.shape(), axis));
+  else
+    detail::softmax_kernel<T>(xc.data(), y.data(), detail::split_at(xc.shape(), axis));
   return y;
 }
 
@@ -201,9 +211,11 @@ detail::composite_result_t<Y> softmax_backward(const G& grad_y, const Y& y, std:
   const R& gc = detail::contiguous<R>(grad_y, keep_g);
   const std::size_t axis = detail::normalize_dim(dim, yc.dimension(), "softmax_backward");
   if (yc.size() == 0) return R::from_shape(yc.shape());
-  if (mode == composite_mode::decompose) return detail::softmax_backward_decomposition<R>(gc, yc, axis);
   R dx = R::from_shape(yc.shape());
-  detail::softmax_backward_kernel<T>(gc.data(), yc.data(), dx.data(), detail::split_at(yc.shape(), axis));
+  if (mode == composite_mode::decompose)
+    detail::softmax_backward_decomposition<T>(gc.data(), yc.data(), dx.data(), detail::split_at(yc.shape(), axis));
+  else
+    detail::softmax_backward_kernel<T>(gc.data(), yc.data(), dx.data(), detail::split_at(yc.shape(), axis));
   return dx;
 }
 
