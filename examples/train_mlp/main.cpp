@@ -135,12 +135,14 @@ int main(int argc, char** argv) {
             << xshard::visualize<Mesh, Layout::w_out>(w_out_shape) << "\n";
 
   std::cout << "== collectives per layer, from the compile-time plans\n";
-  for (const auto& s : Block::forward_plans())
-    std::cout << "  forward   " << s.what << ": " << collective_list(s.plan) << "\n";
+  // The plans are compile-time values (consteval): kept as constants, not
+  // rebuilt at run time.
+  static constexpr auto forward_plans = Block::forward_plans();
+  static constexpr auto backward_plans = Block::backward_plans();
+  for (const auto& s : forward_plans) std::cout << "  forward   " << s.what << ": " << collective_list(s.plan) << "\n";
   std::cout << "  forward   constrain y to (" << Layout::batch::text.view()
             << "): " << Block::constrain_plan().collective_count() << " collectives\n";
-  for (const auto& s : Block::backward_plans())
-    std::cout << "  backward  " << s.what << ": " << collective_list(s.plan) << "\n";
+  for (const auto& s : backward_plans) std::cout << "  backward  " << s.what << ": " << collective_list(s.plan) << "\n";
   std::cout << "  per step: " << layers << " x (" << Block::forward_collectives() << " + "
             << Block::backward_collectives() << ") + 1 (the loss) = " << collectives_per_step
             << " all-reduces on every device\n\n";

@@ -7,14 +7,24 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 namespace xshard {
+
+namespace detail {
+/// The narrowest unsigned type that counts to Cap: values nested in plans
+/// (vectors of vectors) stay small.
+template <std::size_t Cap>
+using static_vector_count_t =
+    std::conditional_t<(Cap < 256), std::uint8_t, std::conditional_t<(Cap < 65536), std::uint16_t, std::size_t>>;
+}  // namespace detail
 
 template <class T, std::size_t Cap>
 struct static_vector {
   T items[Cap]{};
-  std::size_t count = 0;
+  detail::static_vector_count_t<Cap> count = 0;
 
   constexpr static_vector() = default;
   constexpr static_vector(std::initializer_list<T> init) {

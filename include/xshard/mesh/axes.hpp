@@ -24,6 +24,12 @@
 namespace xshard {
 
 inline constexpr std::size_t max_mesh_axes = 8;
+/// A mesh-axis index (in [0, max_mesh_axes)) as specs, layouts and plans
+/// store it: one byte, so the compile-time plans that hold many of them stay
+/// small (a sharded einsum plan holds thousands) and cheap to evaluate.
+using mesh_axis_t = std::int8_t;
+/// The mesh axes of one tensor dim, major to minor.
+using axis_list = static_vector<mesh_axis_t, max_mesh_axes>;
 inline constexpr std::size_t max_axis_name = 32;
 /// Largest device count a mesh may have (keeps products far from overflow).
 inline constexpr std::int64_t max_mesh_devices = std::int64_t{1} << 24;

@@ -161,7 +161,7 @@ constexpr text_builder spec_text(const partition_spec& s) {
 
 /// A spec with every axis turned into the mesh-axis index it names.
 struct resolved_spec {
-  static_vector<static_vector<int, max_mesh_axes>, max_spec_rank> dims{};
+  static_vector<axis_list, max_spec_rank> dims{};
   constexpr std::size_t rank() const { return dims.size(); }
   friend constexpr bool operator==(const resolved_spec&, const resolved_spec&) = default;
 };
@@ -172,10 +172,10 @@ constexpr checked<resolved_spec> resolve_spec(const partition_spec& s, const mes
   checked<resolved_spec> out;
   // Names first (torch_xla translates the names before checking anything).
   for (const spec_entry& e : s.entries) {
-    static_vector<int, max_mesh_axes> dim;
+    axis_list dim;
     for (const axis_ref& a : e.axes) {
-      if (a.by_index()) {
-        dim.push_back(static_cast<int>(a.index > max_mesh_devices ? max_mesh_devices : a.index));
+      if (a.by_index()) {  // an index out of range is reported below, before it is used
+        dim.push_back(static_cast<mesh_axis_t>(a.index >= 0 && a.index < std::int64_t{max_mesh_axes} ? a.index : 0));
         continue;
       }
       const int idx = find_axis(axes, a.name.view());
@@ -185,7 +185,7 @@ constexpr checked<resolved_spec> resolve_spec(const partition_spec& s, const mes
         out.diag.detail.assign(axis_names_text(axes).view());
         return out;
       }
-      dim.push_back(idx);
+      dim.push_back(static_cast<mesh_axis_t>(idx));
     }
     out.value.dims.push_back(dim);
   }

@@ -36,7 +36,7 @@
 namespace xshard {
 
 using mesh_shape_t = static_vector<std::int64_t, max_mesh_axes>;
-using dim_axes = static_vector<int, max_mesh_axes>;
+using dim_axes = axis_list;
 
 /// A sharded tensor's layout: the axes of each dim and the partial axes.
 struct sharded_layout {
