@@ -27,11 +27,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>  // EISDIR: fopen "opens" a directory on Linux; the read fails
 #include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>  // is_directory: an ifstream "opens" a directory on Linux
-#include <fstream>
+#include <cstdio>  // std::fopen, std::fread: no <fstream> or <filesystem> for one read
 #include <iterator>
 #include <optional>
 #include <span>
@@ -515,13 +515,18 @@ constexpr std::vector<device_attributes> parse_topology(std::string_view json) {
 
 /// Reads and parses a topology file; every error message names `path`.
 inline std::vector<device_attributes> read_topology_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) throw error("xshard: cannot open topology file '" + path + "'");
+  std::string text;
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  const int read_errno = errno;
+  std::fclose(file);
+  if (failed && read_errno == EISDIR)
     throw error("xshard: cannot read topology file '" + path + "': it is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw error("xshard: cannot open topology file '" + path + "'");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw error("xshard: cannot read topology file '" + path + "'");
+  if (failed) throw error("xshard: cannot read topology file '" + path + "'");
   auto r = try_parse_topology(text);
   if (r.failed) throw error("xshard: topology file '" + path + "': " + r.message.str());
   return std::move(r.value);

@@ -64,7 +64,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -372,11 +371,10 @@ class tracer {
   /// The same into a file (replaced). Throws xshard::error if it cannot be written.
   void write_chrome_json(const std::string& path) const {
     const std::string text = chrome_json();
-    std::ofstream file(path, std::ios::binary | std::ios::trunc);
-    if (!file) throw error("xshard: cannot open trace file \"" + path + "\" for writing");
-    file.write(text.data(), static_cast<std::streamsize>(text.size()));
-    file.close();
-    if (!file) throw error("xshard: cannot write trace file \"" + path + "\"");
+    std::FILE* file = std::fopen(path.c_str(), "wb");
+    if (file == nullptr) throw error("xshard: cannot open trace file \"" + path + "\" for writing");
+    const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+    if (std::fclose(file) != 0 || !written) throw error("xshard: cannot write trace file \"" + path + "\"");
   }
 
   /// The JSON text write_chrome_json() writes.
