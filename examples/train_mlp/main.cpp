@@ -20,22 +20,16 @@
 #include <string>
 #include <string_view>
 #include <vector>
-#include <xshard/xshard.hpp>
-#include <xtensor/xrandom.hpp>
-#include <xtensor/xtensor.hpp>
-#include <xtensor/xview.hpp>
+#include <xshard/scan/scan_layers.hpp>
+#include <xshard/sharding/visualize.hpp>
+#include <xshard/spmd/thread_mesh.hpp>
+#include <xshard/trace/trace.hpp>
+
+#include "model.hpp"
 
 namespace {
 
-using T = float;
-using Mesh = xshard::mesh<"data=2, model=2">;
-using Layout = xshard::data_model_mlp<Mesh>;
-using Block = xshard::mlp_block<T, Layout>;            // on the mesh
-using DenseBlock = xshard::mlp_block<T>;               // one device, the reference
-constexpr auto policy = xshard::remat::dots_saveable;  // keep x and h per layer, recompute gelu
-
-constexpr std::size_t layers = 8, width = 128, hidden = 512, batch = 64, samples = 1024;
-constexpr T learning_rate = 0.1f;
+using namespace train_mlp;
 
 // What the compiler knows about one training step's communication: one
 // all-reduce per layer forward, five per layer backward (dots_saveable
@@ -46,45 +40,32 @@ constexpr std::int64_t collectives_per_step =
     layers * (Block::forward_collectives() + Block::backward_collectives()) + 1;
 static_assert(collectives_per_step == 49);
 
-struct data_set {
-  xt::xtensor<T, 2> x, y;
-};
-
-/// Targets from a fixed random "teacher": y = sin(x A) / 2.
-data_set make_data() {
-  xt::random::seed(7);
-  data_set d;
-  d.x = xt::random::randn<T>({samples, width});
-  const xt::xtensor<T, 2> a = xt::random::randn<T>({width, width}) / std::sqrt(T(width));
-  d.y = xt::sin(xshard::einsum<"bi,io->bo">(d.x, a)) / T(2);
-  return d;
-}
-
-std::vector<DenseBlock::params> init_params() {
-  xt::random::seed(11);
-  std::vector<DenseBlock::params> ps;
-  for (std::size_t l = 0; l < layers; ++l)
-    ps.push_back({xt::xtensor<T, 2>(xt::random::randn<T>({hidden, width}) / std::sqrt(T(width))),
-                  xt::xtensor<T, 1>(xt::zeros<T>({hidden})),
-                  xt::xtensor<T, 2>(xt::random::randn<T>({width, hidden}) * T(0.1) / std::sqrt(T(hidden))),
-                  xt::xtensor<T, 1>(xt::zeros<T>({width}))});
-  return ps;
-}
-
-xt::xtensor<T, 2> rows(const xt::xtensor<T, 2>& a, std::size_t step) {
-  const std::size_t first = (step * batch) % samples;
-  return xt::view(a, xt::range(first, first + batch), xt::all());
-}
-
 std::string bar(std::size_t done, std::size_t total, std::size_t width_chars = 30) {
   const std::size_t fill = total ? done * width_chars / total : width_chars;
   return "[" + std::string(fill, '#') + std::string(width_chars - fill, '.') + "]";
 }
 
-std::string collective_list(const xshard::sharded_einsum_plan& p) {
-  if (p.collective_count() == 0) return "none";
+/// What the printout needs of one einsum's plan: its name and collectives.
+/// A plan is a large compile-time value; only this summary is kept for run
+/// time.
+struct step_summary {
+  std::string_view what;
+  xshard::static_vector<xshard::planned_collective, 8> collectives;
+};
+template <std::size_t N>
+consteval std::array<step_summary, N> summarize(const std::array<Block::step_plan, N>& plans) {
+  std::array<step_summary, N> out{};
+  for (std::size_t i = 0; i < N; ++i) {
+    out[i].what = plans[i].what;
+    for (const auto& c : plans[i].plan.collectives()) out[i].collectives.push_back(c);
+  }
+  return out;
+}
+
+std::string collective_list(const step_summary& step) {
+  if (step.collectives.empty()) return "none";
   std::string s;
-  for (const auto& c : p.collectives()) {
+  for (const auto& c : step.collectives) {
     if (!s.empty()) s += ", ";
     s += std::string(xshard::collective_name(c.kind)) + " over " +
          std::string(xshard::axis_set_text(Mesh::axes, c.axes).view());
@@ -137,12 +118,12 @@ int main(int argc, char** argv) {
   std::cout << "== collectives per layer, from the compile-time plans\n";
   // The plans are compile-time values (consteval): kept as constants, not
   // rebuilt at run time.
-  static constexpr auto forward_plans = Block::forward_plans();
-  static constexpr auto backward_plans = Block::backward_plans();
-  for (const auto& s : forward_plans) std::cout << "  forward   " << s.what << ": " << collective_list(s.plan) << "\n";
+  static constexpr auto forward_plans = summarize(Block::forward_plans());
+  static constexpr auto backward_plans = summarize(Block::backward_plans());
+  for (const auto& s : forward_plans) std::cout << "  forward   " << s.what << ": " << collective_list(s) << "\n";
   std::cout << "  forward   constrain y to (" << Layout::batch::text.view()
             << "): " << Block::constrain_plan().collective_count() << " collectives\n";
-  for (const auto& s : backward_plans) std::cout << "  backward  " << s.what << ": " << collective_list(s.plan) << "\n";
+  for (const auto& s : backward_plans) std::cout << "  backward  " << s.what << ": " << collective_list(s) << "\n";
   std::cout << "  per step: " << layers << " x (" << Block::forward_collectives() << " + "
             << Block::backward_collectives() << ") + 1 (the loss) = " << collectives_per_step
             << " all-reduces on every device\n\n";
@@ -221,26 +202,11 @@ int main(int argc, char** argv) {
   std::cout << "  every step ran exactly " << collectives_per_step << " collectives on every device, as planned\n";
   std::cout << "  " << steps << " steps on the mesh in " << mesh_seconds << " s\n";
 
-  // ---- the same training on one device
-  const auto t1 = std::chrono::steady_clock::now();
-  DenseBlock dense;
-  auto ref = xshard::stack_params<DenseBlock>(init);
-  float ref_loss = 0;
-  for (std::size_t step = 0; step < steps; ++step) {
-    const auto x = rows(data.x, step);
-    auto [y, pullback] = xshard::scan_layers_vjp(dense, ref, x, policy);
-    const xt::xtensor<T, 2> diff = y - rows(data.y, step);
-    ref_loss = xt::sum(diff * diff)() / T(batch * width);
-    const auto grads = pullback(diff * (T(2) / T(batch * width))).first;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((std::get<I>(ref) -= learning_rate * std::get<I>(grads)), ...);
-    }
-    (std::make_index_sequence<4>{});
-  }
-  const double single_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  // ---- the same training on one device (single_device.cpp)
+  const single_device_run single = train_single_device(data, init, steps);
   double max_diff = 0, max_param = 0;
   for (std::size_t l = 0; l < layers; ++l) {
-    const auto want = xshard::layer_params<DenseBlock>(ref, l);
+    const DenseBlock::params& want = single.params[l];
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((max_diff = std::max<double>(max_diff, xt::amax(xt::abs(std::get<I>(trained[l]) - std::get<I>(want)))())), ...);
       ((max_param = std::max<double>(max_param, xt::amax(xt::abs(std::get<I>(want)))())), ...);
@@ -249,8 +215,8 @@ int main(int argc, char** argv) {
   }
   const double tolerance = 1e-3 * max_param;
   std::cout << "\n== the same training on one device (" << xshard::usable_threads()
-            << " einsum threads): " << single_seconds << " s\n";
-  std::cout << "== check against one device: final loss " << ref_loss << " (mesh " << losses[steps - 1]
+            << " einsum threads): " << single.seconds << " s\n";
+  std::cout << "== check against one device: final loss " << single.final_loss << " (mesh " << losses[steps - 1]
             << "); largest parameter difference " << max_diff << " (largest parameter " << max_param << ", tolerance "
             << tolerance << ")\n";
   if (!(max_diff <= tolerance)) {

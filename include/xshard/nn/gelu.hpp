@@ -9,20 +9,20 @@
 //         dx = g * (1/2 (1 + t) + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2))
 //
 // e.g. gelu(1) = 0.8413447460685429 (none), 0.8411919906082768 (tanh).
-// The decomposition is that formula as one xtensor expression (xt::erf,
-// xt::tanh, xt::exp, evaluated element by element, on a rank-1 view); the kernel is the same
+// The decomposition is that formula evaluated element by element with
+// std::erf, std::tanh and std::exp (what the xtensor expression of it computes); the kernel is the same
 // formula on xsimd batches, one pass over contiguous data. Which runs is
 // composite_policy's choice for "gelu" / "gelu_backward" unless a
 // composite_mode is passed. Both propagate NaN; gelu(+inf) = +inf, and
 // gelu(-inf) is NaN (-inf * 0), as the formula (and torch's) gives.
 #pragma once
 
+#include <cmath>  // std::erf, std::tanh, std::exp: the decomposition
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
-#include <xtensor/xmath.hpp>  // xt::erf, xt::tanh, xt::exp
 
 #include "composite_policy.hpp"
 #include "composite_support.hpp"
@@ -54,39 +54,40 @@ struct gelu_constants {
   static constexpr T inv_sqrt_2pi = T(0.39894228040143267794);  // 1 / sqrt(2 pi)
 };
 
-// ---- decomposition: primitive xtensor expressions -------------------------
-// Elementwise, so they run on rank-1 views of the contiguous buffers.
+// ---- decomposition: the formulas, element by element ------------------------
+// Scalar std::erf / std::tanh / std::exp per element, exactly what the
+// equivalent xtensor expression evaluates (xt::erf and kin call the std
+// functions element by element), without compiling xtensor's assignment
+// machinery for two formulas in every TU that uses gelu.
 
 template <class T>
-void gelu_decomposition(const T* x_data, T* y_data, std::size_t n, gelu_approximate a) {
+void gelu_decomposition(const T* x, T* y, std::size_t n, gelu_approximate a) {
   using c = gelu_constants<T>;
-  const std::array<std::size_t, 1> shape{n};
-  const auto x = adapt_buffer(x_data, shape);
-  auto y = adapt_buffer(y_data, shape);
-  if (a == gelu_approximate::none)
-    y = c::half * x * (c::one + xt::erf(x * c::sqrt1_2));
-  else
-    y = c::half * x * (c::one + xt::tanh(c::beta * (x + c::kappa * (x * x * x))));
+  if (a == gelu_approximate::none) {
+    for (std::size_t i = 0; i < n; ++i) y[i] = c::half * x[i] * (c::one + std::erf(x[i] * c::sqrt1_2));
+  } else {
+    for (std::size_t i = 0; i < n; ++i)
+      y[i] = c::half * x[i] * (c::one + std::tanh(c::beta * (x[i] + c::kappa * (x[i] * x[i] * x[i]))));
+  }
 }
 
 template <class T>
-void gelu_backward_decomposition(const T* g_data, const T* x_data, T* dx_data, std::size_t n, gelu_approximate a) {
+void gelu_backward_decomposition(const T* g, const T* x, T* dx, std::size_t n, gelu_approximate a) {
   using c = gelu_constants<T>;
-  const std::array<std::size_t, 1> shape{n};
-  const auto g = adapt_buffer(g_data, shape);
-  const auto x = adapt_buffer(x_data, shape);
-  auto dx = adapt_buffer(dx_data, shape);
   if (a == gelu_approximate::none) {
-    auto cdf = c::half * (c::one + xt::erf(x * c::sqrt1_2));
-    auto pdf = xt::exp(-c::half * (x * x)) * c::inv_sqrt_2pi;
-    dx = g * (cdf + x * pdf);
+    for (std::size_t i = 0; i < n; ++i) {
+      const T cdf = c::half * (c::one + std::erf(x[i] * c::sqrt1_2));
+      const T pdf = std::exp(-c::half * (x[i] * x[i])) * c::inv_sqrt_2pi;
+      dx[i] = g[i] * (cdf + x[i] * pdf);
+    }
     return;
   }
-  // Evaluated once: tanh is used twice.
-  const xt::xtensor<T, 1> t = xt::tanh(c::beta * (x + c::kappa * (x * x * x)));
-  auto left_derivative = c::half * (c::one + t);
-  auto right_derivative = (c::one - t * t) * (c::beta * (c::one + c::three_kappa * (x * x)));
-  dx = g * (left_derivative + (c::half * x) * right_derivative);
+  for (std::size_t i = 0; i < n; ++i) {
+    const T t = std::tanh(c::beta * (x[i] + c::kappa * (x[i] * x[i] * x[i])));
+    const T left_derivative = c::half * (c::one + t);
+    const T right_derivative = (c::one - t * t) * (c::beta * (c::one + c::three_kappa * (x[i] * x[i])));
+    dx[i] = g[i] * (left_derivative + (c::half * x[i]) * right_derivative);
+  }
 }
 
 // ---- fused kernel: the same formulas on xsimd batches ---------------------
