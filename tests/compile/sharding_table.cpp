@@ -388,11 +388,12 @@ constexpr bool partial_six_by_three() {
 static_assert(partial_six_by_three());
 
 constexpr bool replicated_everywhere() {
-  // {replicated}: one tile held by every mesh device, in mesh order; replica = position.
+  // {replicated}: one tile held by every mesh device, in mesh order; replica =
+  // the device's id (torch_xla's rule), not its position.
   const auto l = xshard::shard_slices<M2, spec<"None, None">>(std::array<std::int64_t, 2>{2, 3});
   bool ok = l.shards.size() == 8;
   for (int i = 0; ok && i < 8; ++i)
-    ok = l.shards[i].device == 7 - i && l.shards[i].replica == i && l.shards[i].slices[0] == shard_slice{0, 2} &&
+    ok = l.shards[i].device == 7 - i && l.shards[i].replica == 7 - i && l.shards[i].slices[0] == shard_slice{0, 2} &&
          l.shards[i].slices[1] == shard_slice{0, 3};
   return ok;
 }
@@ -436,5 +437,15 @@ static_assert(xshard::shardable<M, spec<"data">, xt::xarray<float>>);
 static_assert(xshard::shardable<M, spec<"data, None, model">, xt::xarray<float>>);
 static_assert(!xshard::evenly_shardable<M, spec<"data">, xt::xarray<float>>);
 static_assert(xshard::check_shardable<M, S, T2>() && xshard::check_evenly_shardable<M, S, F86>());
+
+// Replica ids in the typed face (torch_xla's rule): a {replicated} sharding
+// gives each device its own id, in mesh order; a replicated last tile dim
+// numbers each tile's devices 0, 1, ...
+using Custom = xshard::mesh<"x=4", 3, 0, 2, 1>;
+constexpr std::array<std::int64_t, 2> shape_13_11{13, 11};
+static_assert(xshard::shard_slices<Custom, spec<"None, None">>(shape_13_11).shards[0].device == 3 &&
+              xshard::shard_slices<Custom, spec<"None, None">>(shape_13_11).shards[0].replica == 3);
+static_assert(xshard::shard_slices<Custom, spec<"None, None">>(shape_13_11).shards[1].replica == 0);
+static_assert(xshard::shard_slices<M, spec<"data, None">>(shape_13_11).shards[1].replica == 1);
 
 }  // namespace

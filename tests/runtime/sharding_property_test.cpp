@@ -174,7 +174,7 @@ ref_result reference(const ref_mesh& m, const ref_spec& spec) {
   if (xla_replicated) {
     r.tiles_per_dim.assign(rank, 1);
     r.replicas = n;
-    for (std::int64_t p = 0; p < n; ++p) r.devices[static_cast<std::size_t>(p)].replica = p;
+    for (ref_device& d : r.devices) d.replica = d.id;  // torch_xla: a {replicated} device's replica is its id
     return r;
   }
   const bool with_replicas = r.type == sharding_type::partial && group_size > 1;
@@ -448,7 +448,10 @@ class sweep {
     for (std::size_t i = 0; i < l.shards.size(); ++i) {
       const xshard::shard& sh = l.shards[i];
       seen.push_back(sh.device);
-      EXPECT_PROPERTY(sh.replica == static_cast<std::int64_t>(i) % want.replicas, "replica order");
+      if (x.is_tiled())
+        EXPECT_PROPERTY(sh.replica == static_cast<std::int64_t>(i) % want.replicas, "replica order");
+      else
+        EXPECT_PROPERTY(sh.replica == sh.device, "a {replicated} device's replica is its id");
       if (x.is_tiled()) EXPECT_PROPERTY(sh.device == x.devices[i], "shard order differs from the XLA devices");
     }
     std::sort(seen.begin(), seen.end());

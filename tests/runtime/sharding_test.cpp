@@ -645,11 +645,50 @@ TEST(ShardingShards, PartialAndReplicated) {
             "0/0:[6,7)[0,3) 1/1:[6,7)[0,3) ");
   EXPECT_EQ(l.shard_shape[0], 2);
   EXPECT_EQ(l.shard_shape[1], 3);
-  // {replicated}: every mesh device in mesh order, replica = position.
+  // {replicated}: every mesh device in mesh order, replica = the device's id
+  // (torch_xla's rule), not its position.
   EXPECT_EQ(slices_text(xshard::shard_slices(m, "None", std::span<const std::int64_t>(shape, 1))),
-            "7/0:[0,7) 6/1:[0,7) 5/2:[0,7) 4/3:[0,7) 3/4:[0,7) 2/5:[0,7) 1/6:[0,7) 0/7:[0,7) ");
+            "7/7:[0,7) 6/6:[0,7) 5/5:[0,7) 4/4:[0,7) 3/3:[0,7) 2/2:[0,7) 1/1:[0,7) 0/0:[0,7) ");
   // Rank 0.
   EXPECT_EQ(slices_text(xshard::shard_slices(runtime_mesh("x=2"), "", std::span<const std::int64_t>())), "0/0: 1/1: ");
+}
+
+// torch_xla's replica ids (ShardingUtil::GetShardReplicaAndIndicesForDevices),
+// one row per sharding type, default and custom device orders: a {replicated}
+// sharding gives each device its own id; a tiled one with a replicated last
+// tile dim numbers each tile's devices in XLA's (sorted) order; a tiled one
+// without replication gives 0; a 1-device (MAXIMAL) mesh gives 0.
+TEST(ShardingShards, ReplicaIdsFollowTorchXla) {
+  struct row {
+    const char* mesh;
+    std::vector<int> ids;
+    const char* spec;
+    const char* replicas;  // device/replica in shard order
+  };
+  const std::vector<row> table = {
+      // REPLICATED
+      {"x=4", {}, "None, None", "0/0 1/1 2/2 3/3 "},
+      {"x=4", {3, 0, 2, 1}, "None, None", "3/3 0/0 2/2 1/1 "},  // the example
+      {"x=2, y=2", {2, 3, 0, 1}, "None, None", "2/2 3/3 0/0 1/1 "},
+      // PARTIAL covering every device ("None" over a 2-axis mesh): XLA {replicated}
+      {"x=2, y=2", {3, 1, 2, 0}, "None", "3/3 1/1 2/2 0/0 "},
+      // PARTIAL with a replicated last tile dim: position in the sorted group
+      {"x=2, y=2", {3, 1, 2, 0}, "x, None", "1/0 3/1 0/0 2/1 "},
+      {"x=2, y=2", {}, "None, y", "0/0 2/1 1/0 3/1 "},
+      // TILED
+      {"x=2, y=2", {3, 1, 2, 0}, "x, y", "3/0 1/0 2/0 0/0 "},
+      // MAXIMAL (one device)
+      {"x=1", {}, "None, None", "0/0 "},
+  };
+  const std::int64_t shape[] = {5, 3};
+  for (const row& r : table) {
+    const runtime_mesh m = r.ids.empty() ? runtime_mesh(r.mesh) : runtime_mesh(r.mesh, r.ids);
+    const auto spec = xshard::parse_spec_or_throw(r.spec);
+    const auto l = xshard::shard_slices(m, r.spec, std::span<const std::int64_t>(shape, spec.rank()));
+    std::string got;
+    for (const xshard::shard& sh : l.shards) got += std::to_string(sh.device) + "/" + std::to_string(sh.replica) + " ";
+    EXPECT_EQ(got, r.replicas) << r.mesh << " spec " << r.spec;
+  }
 }
 
 TEST(ShardingShards, ExtractAndInsertUneven) {

@@ -10,8 +10,13 @@
 //
 // Padded shards (all of the shard shape, zero beyond the tensor) are what
 // collectives that need equal sizes use; extract_shard gives either form.
-// A fully replicated tensor is one tile held by every device of the mesh,
-// in mesh order; the replica id is the device's position in that order.
+// A tensor whose XLA form is {replicated} (REPLICATED, and PARTIAL over every
+// device) is one tile held by every device of the mesh, in mesh order; the
+// replica id is the device's own id, as torch_xla gives it
+// (ShardingUtil::GetShardReplicaAndIndicesForDevices: replica = the device's
+// ordinal), not its position: on mesh "x=4" with devices 3,0,2,1, device 3
+// is replica 3 and device 0 replica 0. Tiled shardings with a replicated
+// last tile dim number the devices of a tile 0, 1, ... in XLA's order.
 #pragma once
 
 #include <cstddef>
@@ -130,8 +135,7 @@ constexpr checked<shard_layout> shard_slices(const xla_sharding& s, std::span<co
       L.shards.push_back(full(s.device, 0));
     } else {
       L.shards.reserve(mesh_devices.size());
-      for (std::size_t i = 0; i < mesh_devices.size(); ++i)
-        L.shards.push_back(full(mesh_devices[i], static_cast<std::int64_t>(i)));
+      for (const int device : mesh_devices) L.shards.push_back(full(device, device));  // torch_xla: replica = ordinal
     }
     return out;
   }
