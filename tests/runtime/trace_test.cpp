@@ -671,6 +671,19 @@ TEST_F(TraceJson, WritesFileAndReportsBadPath) {
   EXPECT_THROW(tracer().write_chrome_json(std::string("/nonexistent-dir/x/trace.json")), xshard::error);
 }
 
+// The trace file a child process wrote at exit holds exactly one complete
+// event, named `name`; the file is removed.
+void expect_one_event_file(const std::string& path, std::string_view name) {
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in) << "no trace written to " << path;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const json_ptr root = parse_json(text);
+  const auto xs = complete_events(*root);
+  ASSERT_EQ(xs.size(), 1u);
+  EXPECT_EQ(xs[0]->at("name").str(), name);
+  std::remove(path.c_str());
+}
+
 // XSHARD_TRACE: in a child process, start as the variable does, trace, exit;
 // the parent reads the file written at exit.
 TEST(TraceEnvDeathTest, WritesTraceAtExit) {
@@ -684,14 +697,7 @@ TEST(TraceEnvDeathTest, WritesTraceAtExit) {
         std::exit(0);
       },
       ::testing::ExitedWithCode(0), "");
-  std::ifstream in(path, std::ios::binary);
-  ASSERT_TRUE(in) << "no trace written to " << path;
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const json_ptr root = parse_json(text);
-  const auto xs = complete_events(*root);
-  ASSERT_EQ(xs.size(), 1u);
-  EXPECT_EQ(xs[0]->at("name").str(), "at exit");
-  std::remove(path.c_str());
+  expect_one_event_file(path, "at exit");
 }
 
 // The variable itself: read when the process first touches the tracer (here
@@ -709,14 +715,7 @@ TEST(TraceEnvDeathTest, VariableIsReadOnFirstUse) {
         std::exit(0);
       },
       ::testing::ExitedWithCode(0), "");
-  std::ifstream in(path, std::ios::binary);
-  ASSERT_TRUE(in) << "no trace written to " << path;
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const json_ptr root = parse_json(text);
-  const auto xs = complete_events(*root);
-  ASSERT_EQ(xs.size(), 1u);
-  EXPECT_EQ(xs[0]->at("name").str(), "first scope");
-  std::remove(path.c_str());
+  expect_one_event_file(path, "first scope");
 }
 
 }  // namespace

@@ -465,9 +465,7 @@ class tracer {
   tracer() : epoch_ns_(detail::trace_now_ns()) {
     const char* path = std::getenv("XSHARD_TRACE");
     if (path != nullptr && *path != '\0') {
-      exit_path_ = path;
-      detail::trace_register_exit_writer();
-      start();
+      write_at_exit(path);
     } else {
       signed char unread = detail::trace_unread;
       detail::trace_mode.compare_exchange_strong(unread, detail::trace_off, std::memory_order_relaxed);
@@ -500,6 +498,17 @@ class tracer {
       return std::tuple(a.device, a.tid, a.ts_ns, b.dur_ns) < std::tuple(b.device, b.tid, b.ts_ns, a.dur_ns);
     });
     return snap;
+  }
+
+  /// Starts tracing and arranges for the trace to be written to `path` at
+  /// normal exit (XSHARD_TRACE and detail::trace_to_file_at_exit).
+  void write_at_exit(const char* path) {
+    {
+      std::lock_guard lock(mu_);
+      exit_path_ = path;
+    }
+    detail::trace_register_exit_writer();
+    start();
   }
 
   mutable std::mutex mu_;  // guards buffers_ and next_tid_
@@ -652,13 +661,7 @@ inline void trace_write_at_exit() noexcept {
 /// Returns whether tracing was started.
 inline bool trace_to_file_at_exit(const char* path) {
   if (path == nullptr || *path == '\0') return false;
-  tracer& t = tracer::instance();
-  {
-    std::lock_guard lock(t.mu_);
-    t.exit_path_ = path;
-  }
-  trace_register_exit_writer();
-  t.start();
+  tracer::instance().write_at_exit(path);
   return true;
 }
 
