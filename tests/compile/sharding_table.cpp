@@ -388,15 +388,30 @@ constexpr bool partial_six_by_three() {
 static_assert(partial_six_by_three());
 
 constexpr bool replicated_everywhere() {
-  // {replicated}: one tile held by every mesh device, in mesh order; replica = position.
+  // {replicated}: one tile held by every mesh device, in mesh order; the
+  // replica id is the device's own id (torch_xla), not its position.
   const auto l = xshard::shard_slices<M2, spec<"None, None">>(std::array<std::int64_t, 2>{2, 3});
   bool ok = l.shards.size() == 8;
   for (int i = 0; ok && i < 8; ++i)
-    ok = l.shards[i].device == 7 - i && l.shards[i].replica == i && l.shards[i].slices[0] == shard_slice{0, 2} &&
+    ok = l.shards[i].device == 7 - i && l.shards[i].replica == 7 - i && l.shards[i].slices[0] == shard_slice{0, 2} &&
          l.shards[i].slices[1] == shard_slice{0, 3};
   return ok;
 }
 static_assert(replicated_everywhere());
+
+constexpr bool replica_is_the_device_id() {
+  // torch_xla: under {replicated} the replica id is the device's ordinal.
+  // x=4 with devices 3,0,2,1, spec "None, None, None": device 3 replica 3,
+  // device 0 replica 0 (not their positions 0 and 1).
+  using M4 = xshard::mesh<"x=4", 3, 0, 2, 1>;
+  const auto l = xshard::shard_slices<M4, spec<"None, None, None">>(std::array<std::int64_t, 3>{13, 11, 12});
+  const auto one = xshard::shard_slices<xshard::mesh<"x=1">, spec<"x">>(std::array<std::int64_t, 1>{5});  // MAXIMAL
+  const auto tiled = xshard::shard_slices<M4, spec<"x, None, None">>(std::array<std::int64_t, 3>{13, 11, 12});
+  return l.shards.size() == 4 && l.shards[0].device == 3 && l.shards[0].replica == 3 && l.shards[1].device == 0 &&
+         l.shards[1].replica == 0 && l.find(2)->replica == 2 && l.find(1)->replica == 1 && one.shards[0].replica == 0 &&
+         tiled.find(3)->replica == 0 && tiled.find(1)->replica == 0;
+}
+static_assert(replica_is_the_device_id());
 
 constexpr bool sorted_partial_replicas() {
   // "x, None" on the 7..0 mesh: XLA devices 6,7 4,5 2,3 0,1; device 6 is

@@ -8,7 +8,8 @@
 // For each (mesh, spec):
 //   (a) get_op_sharding and to_xla equal the reference below;
 //   (b) in the XLA form every mesh device appears exactly once, and the
-//       shards enumerate every (tile, replica) pair exactly once;
+//       shards enumerate every (tile, replica) pair exactly once; under
+//       {replicated} each device's replica id is its own id (torch_xla);
 //   (c) shards of a random row-major tensor of a random uneven shape (dims
 //       0..6) extracted with extract_shard (padded and unpadded) and put back
 //       with insert_shard rebuild the tensor, and every element is held by
@@ -174,7 +175,8 @@ ref_result reference(const ref_mesh& m, const ref_spec& spec) {
   if (xla_replicated) {
     r.tiles_per_dim.assign(rank, 1);
     r.replicas = n;
-    for (std::int64_t p = 0; p < n; ++p) r.devices[static_cast<std::size_t>(p)].replica = p;
+    // torch_xla: under {replicated} a device's replica id is its own id.
+    for (ref_device& d : r.devices) d.replica = d.id;
     return r;
   }
   const bool with_replicas = r.type == sharding_type::partial && group_size > 1;
@@ -448,8 +450,13 @@ class sweep {
     for (std::size_t i = 0; i < l.shards.size(); ++i) {
       const xshard::shard& sh = l.shards[i];
       seen.push_back(sh.device);
-      EXPECT_PROPERTY(sh.replica == static_cast<std::int64_t>(i) % want.replicas, "replica order");
-      if (x.is_tiled()) EXPECT_PROPERTY(sh.device == x.devices[i], "shard order differs from the XLA devices");
+      if (x.is_tiled()) {
+        EXPECT_PROPERTY(sh.replica == static_cast<std::int64_t>(i) % want.replicas, "replica order");
+        EXPECT_PROPERTY(sh.device == x.devices[i], "shard order differs from the XLA devices");
+      } else {
+        EXPECT_PROPERTY(sh.device == rm.ids[i], "a {replicated} layout lists the mesh devices in mesh order");
+        EXPECT_PROPERTY(sh.replica == sh.device, "a {replicated} shard's replica id is its device id");
+      }
     }
     std::sort(seen.begin(), seen.end());
     std::vector<int> ids = rm.ids;

@@ -645,11 +645,65 @@ TEST(ShardingShards, PartialAndReplicated) {
             "0/0:[6,7)[0,3) 1/1:[6,7)[0,3) ");
   EXPECT_EQ(l.shard_shape[0], 2);
   EXPECT_EQ(l.shard_shape[1], 3);
-  // {replicated}: every mesh device in mesh order, replica = position.
+  // {replicated}: every mesh device in mesh order, replica = the device's id
+  // (torch_xla's global ordinal), not its position.
   EXPECT_EQ(slices_text(xshard::shard_slices(m, "None", std::span<const std::int64_t>(shape, 1))),
-            "7/0:[0,7) 6/1:[0,7) 5/2:[0,7) 4/3:[0,7) 3/4:[0,7) 2/5:[0,7) 1/6:[0,7) 0/7:[0,7) ");
+            "7/7:[0,7) 6/6:[0,7) 5/5:[0,7) 4/4:[0,7) 3/3:[0,7) 2/2:[0,7) 1/1:[0,7) 0/0:[0,7) ");
   // Rank 0.
   EXPECT_EQ(slices_text(xshard::shard_slices(runtime_mesh("x=2"), "", std::span<const std::int64_t>())), "0/0: 1/1: ");
+}
+
+// torch_xla's replica ids (ShardingUtil::GetShardReplicaAndIndicesForDevices),
+// one row per sharding type, default and custom device orders. Under an XLA
+// {replicated} form a device's replica id is its own id (global ordinal);
+// along a replicated last tile dim it is the index in the sorted group;
+// otherwise 0. "device/replica" per shard, in the engine's shard order.
+TEST(ShardingShards, ReplicaIdTable) {
+  struct row {
+    const char* mesh;
+    std::vector<int> ids;
+    const char* spec;
+    std::vector<std::int64_t> shape;
+    const char* type;  // torch_xla's sharding type
+    const char* hlo;
+    const char* want;
+  };
+  const std::vector<row> rows = {
+      // REPLICATED
+      {"x=4", {}, "None, None, None", {13, 11, 12}, "REPLICATED", "{replicated}", "0/0 1/1 2/2 3/3"},
+      {"x=4", {3, 0, 2, 1}, "None, None, None", {13, 11, 12}, "REPLICATED", "{replicated}", "3/3 0/0 2/2 1/1"},
+      {"x=2, y=2", {2, 0, 3, 1}, "None, None", {4, 4}, "REPLICATED", "{replicated}", "2/2 0/0 3/3 1/1"},
+      // MAXIMAL (one device; XLA {replicated})
+      {"x=1", {}, "x", {5}, "MAXIMAL", "{replicated}", "0/0"},
+      // PARTIAL covering every device (XLA {replicated})
+      {"x=4, y=2", {}, "None", {7}, "PARTIAL", "{replicated}", "0/0 1/1 2/2 3/3 4/4 5/5 6/6 7/7"},
+      {"x=4, y=2", {7, 6, 5, 4, 3, 2, 1, 0}, "None", {7}, "PARTIAL", "{replicated}",
+       "7/7 6/6 5/5 4/4 3/3 2/2 1/1 0/0"},
+      {"x=1, y=1", {}, "x", {3}, "PARTIAL", "{replicated}", "0/0"},
+      // TILED: replica 0 everywhere
+      {"x=2, y=2", {}, "x, y", {4, 4}, "TILED", "{devices=[2,2]0,1,2,3}", "0/0 1/0 2/0 3/0"},
+      {"x=2, y=2", {3, 1, 2, 0}, "x, y", {4, 4}, "TILED", "{devices=[2,2]3,1,2,0}", "3/0 1/0 2/0 0/0"},
+      // PARTIAL with a replicated last tile dim: the index in the sorted group
+      {"x=2, y=2", {}, "x, None", {4, 4}, "PARTIAL", "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}",
+       "0/0 1/1 2/0 3/1"},
+      {"x=2, y=2", {3, 1, 2, 0}, "x, None", {4, 4}, "PARTIAL", "{devices=[2,1,2]1,3,0,2 last_tile_dim_replicate}",
+       "1/0 3/1 0/0 2/1"},
+      {"x=2, y=2", {3, 1, 2, 0}, "None, y", {4, 4}, "PARTIAL", "{devices=[1,2,2]2,3,0,1 last_tile_dim_replicate}",
+       "2/0 3/1 0/0 1/1"},
+      // PARTIAL whose groups have one device: a plain tile, replica 0
+      {"x=4, y=1", {2, 0, 3, 1}, "x, None", {8, 2}, "PARTIAL", "{devices=[4,1]2,0,3,1}", "2/0 0/0 3/0 1/0"},
+  };
+  for (const row& r : rows) {
+    SCOPED_TRACE(std::string(r.mesh) + " / " + r.spec);
+    const runtime_mesh m(r.mesh, r.ids);
+    EXPECT_EQ(xshard::to_string(xshard::get_op_sharding(m, r.spec).type), r.type);
+    EXPECT_EQ(xshard::hlo_sharding_text(m, r.spec), r.hlo);
+    const auto l = xshard::shard_slices(m, r.spec, r.shape);
+    std::string got;
+    for (const xshard::shard& sh : l.shards)
+      got += (got.empty() ? "" : " ") + std::to_string(sh.device) + "/" + std::to_string(sh.replica);
+    EXPECT_EQ(got, r.want);
+  }
 }
 
 TEST(ShardingShards, ExtractAndInsertUneven) {

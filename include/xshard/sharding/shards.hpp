@@ -10,8 +10,17 @@
 //
 // Padded shards (all of the shard shape, zero beyond the tensor) are what
 // collectives that need equal sizes use; extract_shard gives either form.
-// A fully replicated tensor is one tile held by every device of the mesh,
-// in mesh order; the replica id is the device's position in that order.
+// Replica ids follow torch_xla (ShardingUtil::GetShardReplicaAndIndicesForDevices):
+//   - a tile sharding with a replicated last dim: the device's index along
+//     that dim (its rank inside its sorted replication group);
+//   - a sharding whose XLA form is {replicated} (REPLICATED, MAXIMAL, and
+//     PARTIAL whose group covers every device, e.g. spec "None, None"): the
+//     device's own id (its global ordinal), NOT its position in the mesh.
+//     The shards are still listed in mesh order:
+//       mesh "x=4" with devices 3,0,2,1, spec "None": device 3 replica 3,
+//       device 0 replica 0, device 2 replica 2, device 1 replica 1;
+//   - a plain tile sharding: 0; {maximal device=d} (from HLO text): 0.
+// So "replica 0 writes" picks device 0 under {replicated}, whatever the order.
 #pragma once
 
 #include <cstddef>
@@ -107,7 +116,8 @@ constexpr checked<tensor_shape> make_shape(std::span<const std::int64_t> shape) 
 }
 
 /// The shards of a tensor of `shape` under sharding `s`; `mesh_devices`
-/// are the devices that hold a replicated tensor.
+/// are the devices that hold a replicated tensor (listed in that order, each
+/// with its own id as replica id; see the header comment).
 constexpr checked<shard_layout> shard_slices(const xla_sharding& s, std::span<const int> mesh_devices,
                                              std::span<const std::int64_t> shape) {
   checked<shard_layout> out;
@@ -130,8 +140,7 @@ constexpr checked<shard_layout> shard_slices(const xla_sharding& s, std::span<co
       L.shards.push_back(full(s.device, 0));
     } else {
       L.shards.reserve(mesh_devices.size());
-      for (std::size_t i = 0; i < mesh_devices.size(); ++i)
-        L.shards.push_back(full(mesh_devices[i], static_cast<std::int64_t>(i)));
+      for (const int device : mesh_devices) L.shards.push_back(full(device, device));  // replica = ordinal
     }
     return out;
   }
