@@ -18,7 +18,7 @@
 //    same sharding, whose "sdy" mesh line and sharding read back
 //    (parse_sdy) to "mesh", "device_ids" and a spec with that "hlo", and
 //    whose shards of a {replicated} sharding have replica == device.
-// Driver cap: inputs whose --mesh has more than 4096 devices are skipped (the
+// Driver cap: inputs whose --mesh (or --mesh=) has more than 4096 devices are skipped (the
 // JSON lists every device; the parsers are fuzzed at full size elsewhere).
 #include <sys/mman.h>  // memfd_create
 #include <unistd.h>    // ftruncate, pwrite
@@ -149,11 +149,14 @@ class json_checker {
 };
 
 bool too_big(const std::vector<std::string>& args) {
-  for (std::size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == "--mesh") {
-      const auto axes = xshard::parse_mesh_axes(args[i + 1]);
-      if (axes.ok() && xshard::mesh_size(axes.value) > 4096) return true;
-    }
+  auto big = [](std::string_view mesh) {
+    const auto axes = xshard::parse_mesh_axes(mesh);
+    return axes.ok() && xshard::mesh_size(axes.value) > 4096;
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--mesh" && i + 1 < args.size() && big(args[i + 1])) return true;
+    if (args[i].rfind("--mesh=", 0) == 0 && big(std::string_view(args[i]).substr(7))) return true;  // CLI11's form
+  }
   return false;
 }
 
