@@ -4,7 +4,7 @@
 #         [-DMAKE_PROGRAM=...] [-DCONFIG=...] -P run_package_test.cmake
 #
 # 1. cmake --install BINARY_DIR into WORK_DIR/prefix (fresh each run);
-# 2. checks the installed package files (and bin/xshard-plan when that target exists);
+# 2. checks the installed package files (and runs bin/xshard-plan when that target exists);
 # 3. configures CONSUMER_SOURCE_DIR (tests/package) with CMAKE_PREFIX_PATH=prefix and
 #    the same compiler and generator, checks it found THIS prefix, builds and runs it.
 cmake_minimum_required(VERSION 3.21)
@@ -54,6 +54,9 @@ require_file("${prefix}/${INSTALL_CMAKEDIR}/xshardConfigVersion.cmake")
 require_file("${prefix}/${INSTALL_CMAKEDIR}/xshardTargets.cmake")
 if(EXPECT_XSHARD_PLAN)
   require_file("${prefix}/${INSTALL_BINDIR}/xshard-plan")
+  # The installed tool runs (its CLI11 and nlohmann-json are header-only:
+  # nothing besides the binary is installed for them).
+  run_step("run the installed xshard-plan" "${prefix}/${INSTALL_BINDIR}/xshard-plan" --mesh "x=2" --spec "x")
 endif()
 
 set(make_program_args)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs xshard's build and test dependencies on Debian 12 (run as root).
 # Idempotent: when every package is already installed it does nothing, so
-# reruns are fast. Nothing is downloaded besides Debian packages. Open MPI is
+# reruns are fast. Nothing is downloaded besides Debian packages. CLI11 and
+# nlohmann-json are for the examples' command lines and xshard-plan's JSON
+# (the library itself needs neither). Open MPI is
 # for the MPI backend (xshard::mpi) and its tests; without it they are skipped.
 #
 # XSHARD_BENCH_DEPS=1 also installs the optional benchmark peers (bench/ only;
@@ -13,6 +15,7 @@ packages=(
   g++ cmake ninja-build clang-14 libclang-rt-14-dev clang-format
   xtensor-dev libxsimd-dev xtl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
   ca-certificates python3
 )

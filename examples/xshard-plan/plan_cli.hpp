@@ -5,13 +5,18 @@
 //   // r.status 0: r.out is the JSON object (or the picture with --visualize), r.err empty;
 //   // r.status 2: r.out empty, r.err one line ending in '\n'; --help: usage on r.out, status 0.
 //
+// The command line is read by CLI11 (libcli11-dev), the JSON written by
+// nlohmann-json (nlohmann-json3-dev); the library itself uses neither.
 // Nothing escapes run_cli: every exception becomes status 2 and one stderr line.
 #pragma once
 
+#include <CLI/CLI.hpp>  // the command line (libcli11-dev)
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <initializer_list>
+#include <nlohmann/json.hpp>  // the JSON object printed (nlohmann-json3-dev)
 #include <optional>
 #include <span>
 #include <string>
@@ -30,11 +35,8 @@ struct cli_result {
 
 namespace detail {
 
-inline constexpr std::string_view usage =
-    "usage: xshard-plan --mesh \"data=4,model=2\" [--devices 7,6,...] --spec \"data,None\" [--shape 8,16] "
-    "[--visualize]\n"
-    "       xshard-plan --hybrid --ici 1,4,1 [--dcn 2,1,1] [--axes a,b,c] --topology devices.json --spec ... "
-    "[--shape ...] [--visualize]\n";
+/// The first line of --help.
+inline constexpr std::string_view help_banner = "xshard-plan: the sharding engine on the command line";
 
 struct options {
   std::optional<std::string> mesh, devices, spec, shape, ici, dcn, axes, topology;
@@ -44,71 +46,106 @@ struct options {
 
 [[noreturn]] inline void fail(const std::string& what) { throw xshard::error("xshard-plan: " + what); }
 
-inline options parse_args(std::span<const std::string_view> args) {
-  options o;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string_view a = args[i];
-    auto value = [&](std::optional<std::string>& slot) {
-      if (slot) fail("option " + std::string(a) + " given twice");
-      if (i + 1 >= args.size()) fail("option " + std::string(a) + " needs a value");
-      slot = std::string(args[++i]);
-    };
-    if (a == "--mesh")
-      value(o.mesh);
-    else if (a == "--devices")
-      value(o.devices);
-    else if (a == "--spec")
-      value(o.spec);
-    else if (a == "--shape")
-      value(o.shape);
-    else if (a == "--ici")
-      value(o.ici);
-    else if (a == "--dcn")
-      value(o.dcn);
-    else if (a == "--axes")
-      value(o.axes);
-    else if (a == "--topology")
-      value(o.topology);
-    else if (a == "--hybrid")
-      o.hybrid = true;
-    else if (a == "--visualize")
-      o.visualize = true;
-    else
-      fail("unknown argument '" + std::string(a) + "'");
+/// Why `text` is not a list "7,6,5" of non-negative integers below `limit`
+/// (empty when it is one; an empty text is the empty list).
+inline std::string int_list_error(std::string_view text, std::int64_t limit) {
+  xshard::detail::cursor c{text};
+  c.skip_space();
+  if (c.at_end()) return {};
+  while (true) {
+    c.skip_space();
+    std::int64_t v = 0;
+    if (!c.integer(v, limit))
+      return "expected a number below " + std::to_string(limit) + " at column " + std::to_string(c.pos + 1) + " in \"" +
+             std::string(text) + "\"";
+    c.skip_space();
+    if (c.at_end()) return {};
+    if (!c.eat(','))
+      return "unexpected '" + std::string(1, c.peek()) + "' at column " + std::to_string(c.pos + 1) + " in \"" +
+             std::string(text) + "\"";
   }
-  if (!o.spec) fail("--spec is required");
-  if (o.hybrid) {
-    if (o.mesh || o.devices) fail("--hybrid builds the mesh from --ici/--dcn/--topology; drop --mesh/--devices");
-    if (!o.ici || !o.topology) fail("--hybrid needs --ici and --topology");
-  } else {
-    if (!o.mesh) fail("--mesh is required (or --hybrid)");
-    if (o.ici || o.dcn || o.axes || o.topology) fail("--ici/--dcn/--axes/--topology need --hybrid");
-  }
-  if (o.visualize && !o.shape) fail("--visualize needs --shape");
-  return o;
 }
 
 /// "7,6,5" -> numbers; each a non-negative integer below `limit`.
 inline std::vector<std::int64_t> parse_ints(std::string_view what, std::string_view text, std::int64_t limit) {
+  if (const std::string why = int_list_error(text, limit); !why.empty()) fail(std::string(what) + ": " + why);
   std::vector<std::int64_t> out;
   xshard::detail::cursor c{text};
-  c.skip_space();
-  if (c.at_end()) return out;
   while (true) {
     c.skip_space();
+    if (c.at_end()) return out;
     std::int64_t v = 0;
-    if (!c.integer(v, limit)) {
-      fail("malformed " + std::string(what) + " \"" + std::string(text) + "\": expected a number below " +
-           std::to_string(limit) + " at column " + std::to_string(c.pos + 1));
-    }
+    (void)c.integer(v, limit);
     out.push_back(v);
     c.skip_space();
-    if (c.at_end()) return out;
-    if (!c.eat(',')) {
-      fail("malformed " + std::string(what) + " \"" + std::string(text) + "\": unexpected '" +
-           std::string(1, c.peek()) + "' at column " + std::to_string(c.pos + 1));
-    }
+    (void)c.eat(',');
   }
+}
+
+/// Reads the command line into `o`; returns the help text when -h/--help
+/// was given (then `o` is not filled), else an empty string. Throws
+/// xshard::error on bad input.
+inline std::string parse_args(std::span<const std::string_view> args, options& o) {
+  CLI::App app{std::string(help_banner), "xshard-plan"};
+  app.footer(
+      "Prints one JSON object: sharding_type, tile_assignment, group_assignment, replication_groups, hlo, hlo_v2, "
+      "sdy {mesh, sharding}, mesh, device_ids and, with --shape, shards (per device its replica id and [start, end) "
+      "per dim). Bad input: exit status 2, one line on stderr, nothing on stdout.");
+  std::string mesh, devices, spec, shape, ici, dcn, axes, topology;
+  auto list = [](std::int64_t limit) {
+    return CLI::Validator([limit](std::string& s) { return int_list_error(s, limit); }, "LIST", "");
+  };
+  CLI::Option* mesh_opt = app.add_option("--mesh", mesh, "the mesh, e.g. \"data=4,model=2\"")->type_name("TEXT");
+  CLI::Option* devices_opt =
+      app.add_option("--devices", devices, "its device ids in row-major order (default 0..n-1), e.g. 7,6,5,4,3,2,1,0")
+          ->check(list(xshard::max_mesh_devices))
+          ->needs(mesh_opt);
+  app.add_option("--spec", spec, "the partition spec, e.g. \"data,None\" or \"(data,model),None\"")
+      ->type_name("TEXT")
+      ->required();
+  CLI::Option* shape_opt =
+      app.add_option("--shape", shape, "a global shape, e.g. 8,16 (\"\" for a scalar): adds \"shards\"")
+          ->check(list(std::int64_t{1} << 40));
+  CLI::Option* hybrid_opt = app.add_flag("--hybrid", o.hybrid, "build a HybridMesh (ICI x DCN) from a topology file")
+                                ->excludes(mesh_opt)
+                                ->excludes(devices_opt);
+  app.add_option("--ici", ici, "ICI mesh shape, e.g. 1,4,1")
+      ->check(list(xshard::max_mesh_devices + 1))
+      ->needs(hybrid_opt);
+  app.add_option("--dcn", dcn, "DCN mesh shape, e.g. 2,1,1")
+      ->check(list(xshard::max_mesh_devices + 1))
+      ->needs(hybrid_opt);
+  app.add_option("--axes", axes, "axis names of the hybrid mesh, e.g. data,fsdp,tensor")
+      ->type_name("NAMES")
+      ->needs(hybrid_opt);
+  app.add_option("--topology", topology, "a JSON list of {\"id\", \"coords\", \"slice_index\"}")
+      ->check(CLI::ExistingFile)
+      ->needs(hybrid_opt);
+  app.add_flag("--visualize", o.visualize, "print the text picture of the shards instead of JSON")->needs(shape_opt);
+
+  std::vector<std::string> argv(args.begin(), args.end());
+  std::reverse(argv.begin(), argv.end());  // CLI11 reads a vector from the back
+  try {
+    app.parse(std::move(argv));
+  } catch (const CLI::CallForHelp&) {
+    return app.help();
+  } catch (const CLI::ParseError& e) {
+    fail(e.what());
+  }
+  auto set = [&](std::optional<std::string>& slot, const std::string& value, std::string_view name) {
+    if (app.count(std::string(name)) > 0) slot = value;
+  };
+  set(o.mesh, mesh, "--mesh");
+  set(o.devices, devices, "--devices");
+  set(o.spec, spec, "--spec");
+  set(o.shape, shape, "--shape");
+  set(o.ici, ici, "--ici");
+  set(o.dcn, dcn, "--dcn");
+  set(o.axes, axes, "--axes");
+  set(o.topology, topology, "--topology");
+  if (o.hybrid && (!o.ici || !o.topology)) fail("--hybrid needs --ici and --topology");
+  if (!o.hybrid && !o.mesh) fail("--mesh is required (or --hybrid)");
+  return {};
 }
 
 inline std::vector<std::string> parse_names(std::string_view text) {
@@ -141,34 +178,46 @@ inline xshard::runtime_mesh make_mesh(const options& o) {
   return xshard::hybrid_mesh(devices, ici, dcn, o.axes ? parse_names(*o.axes) : std::vector<std::string>{});
 }
 
-inline std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+using json = nlohmann::ordered_json;  // keys in the order written
+
+/// Nested JSON lists of an int_array's values by its shape ([] for rank 0).
+inline json nested(const xshard::int_array& a, std::size_t dim, std::size_t& pos) {
+  json out = json::array();
+  for (std::int64_t i = 0; i < a.shape[dim]; ++i) {
+    if (dim + 1 == a.shape.size())
+      out.push_back(a.values[pos++]);
+    else
+      out.push_back(nested(a, dim + 1, pos));
   }
-  return out + '"';
+  return out;
+}
+inline json nested(const xshard::int_array& a) {
+  std::size_t pos = 0;
+  return a.shape.empty() ? json::array() : nested(a, 0, pos);
 }
 
-/// Nested JSON lists of an int_array's values by its shape.
-inline void nested(std::string& out, const xshard::int_array& a, std::size_t dim, std::size_t& pos) {
-  if (a.shape.empty()) return;
-  out += '[';
-  for (std::int64_t i = 0; i < a.shape[dim]; ++i) {
-    if (i) out += ',';
-    if (dim + 1 == a.shape.size())
-      out += std::to_string(a.values[pos++]);
-    else
-      nested(out, a, dim + 1, pos);
+/// nlohmann's text of `v`, compact (invalid UTF-8 replaced, never thrown).
+inline std::string compact(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+/// The object one member per line, each value compact, a list of objects
+/// (the shards) one element per line: dump(2) would put every number of a
+/// tile assignment on a line of its own.
+inline std::string json_text(const json& j) {
+  std::string out = "{";
+  bool first = true;
+  for (const auto& [key, value] : j.items()) {
+    out += first ? "\n  " : ",\n  ";
+    first = false;
+    out += compact(key) + ": ";
+    if (value.is_array() && !value.empty() && value.front().is_object()) {
+      out += "[";
+      for (std::size_t i = 0; i < value.size(); ++i) out += (i ? ",\n    " : "\n    ") + compact(value[i]);
+      out += "\n  ]";
+    } else {
+      out += compact(value);
+    }
   }
-  out += ']';
-}
-inline std::string nested(const xshard::int_array& a) {
-  if (a.shape.empty()) return "[]";
-  std::string out;
-  std::size_t pos = 0;
-  nested(out, a, 0, pos);
-  return out;
+  return out + "\n}\n";
 }
 
 inline std::string run(const options& o) {
@@ -183,39 +232,26 @@ inline std::string run(const options& o) {
   }
   if (o.visualize) return xshard::visualize(m, *o.spec, shape);
 
-  std::string j = "{\n";
-  j += "  \"sharding_type\": " + json_string(xshard::to_string(op.type)) + ",\n";
-  j += "  \"tile_assignment\": " + nested(op.tile_assignment) + ",\n";
-  j += "  \"group_assignment\": " + nested(op.group_assignment) + ",\n";
-  j += "  \"replication_groups\": [";
-  for (std::size_t g = 0; g < op.replication_groups.size(); ++g) {
-    j += g ? ",[" : "[";
-    for (std::size_t i = 0; i < op.replication_groups[g].size(); ++i)
-      j += (i ? "," : "") + std::to_string(op.replication_groups[g][i]);
-    j += ']';
-  }
-  j += "],\n";
-  j += "  \"hlo\": " + json_string(xshard::hlo_text(x).str()) + ",\n";
-  j += "  \"hlo_v2\": " + json_string(xshard::hlo_text(x, xshard::hlo_format::v2).str()) + ",\n";
-  j += "  \"mesh\": " + json_string(m.text()) + ",\n";
-  j += "  \"device_ids\": [";
-  for (std::size_t i = 0; i < m.device_ids().size(); ++i) j += (i ? "," : "") + std::to_string(m.device_ids()[i]);
-  j += "]";
+  json j;
+  j["sharding_type"] = std::string(xshard::to_string(op.type));
+  j["tile_assignment"] = nested(op.tile_assignment);
+  j["group_assignment"] = nested(op.group_assignment);
+  j["replication_groups"] = op.replication_groups;
+  j["hlo"] = xshard::hlo_text(x).str();
+  j["hlo_v2"] = xshard::hlo_text(x, xshard::hlo_format::v2).str();
+  j["sdy"] = {{"mesh", xshard::sdy_mesh_text(m)}, {"sharding", xshard::sdy_sharding_text(m, *o.spec)}};
+  j["mesh"] = m.text();
+  j["device_ids"] = m.device_ids();
   if (layout) {
-    j += ",\n  \"shards\": [";
-    for (std::size_t i = 0; i < layout->shards.size(); ++i) {
-      const xshard::shard& s = layout->shards[i];
-      j += i ? ",\n    " : "\n    ";
-      j += "{\"device\": " + std::to_string(s.device) + ", \"replica\": " + std::to_string(s.replica) +
-           ", \"slices\": [";
-      for (std::size_t d = 0; d < s.slices.size(); ++d)
-        j += (d ? ", [" : "[") + std::to_string(s.slices[d].start) + ", " + std::to_string(s.slices[d].end) + "]";
-      j += "]}";
+    json shards = json::array();
+    for (const xshard::shard& s : layout->shards) {
+      json slices = json::array();
+      for (const xshard::shard_slice& sl : s.slices) slices.push_back({sl.start, sl.end});
+      shards.push_back({{"device", s.device}, {"replica", s.replica}, {"slices", std::move(slices)}});
     }
-    j += "\n  ]";
+    j["shards"] = std::move(shards);
   }
-  j += "\n}\n";
-  return j;
+  return json_text(j);
 }
 
 }  // namespace detail
@@ -224,11 +260,12 @@ inline std::string run(const options& o) {
 inline cli_result run_cli(std::span<const std::string_view> args) {
   cli_result r;
   try {
-    if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
-      r.out = detail::usage;
+    detail::options o;
+    if (std::string help = detail::parse_args(args, o); !help.empty()) {
+      r.out = std::move(help);
       return r;
     }
-    r.out = detail::run(detail::parse_args(args));  // only once everything succeeded
+    r.out = detail::run(o);  // only once everything succeeded
     return r;
   } catch (const std::exception& e) {
     r.err = e.what();

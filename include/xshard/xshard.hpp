@@ -30,6 +30,7 @@
 #include "scan/scan_layers_unrolled.hpp"
 #include "sharding/hlo.hpp"
 #include "sharding/op_sharding.hpp"
+#include "sharding/sdy.hpp"
 #include "sharding/shardable.hpp"
 #include "sharding/sharding.hpp"
 #include "sharding/shards.hpp"

@@ -11,11 +11,14 @@
 //  - run_cli returns; status 0 or 2, nothing else;
 //  - status 2: nothing on stdout, exactly one line on stderr, and it is an
 //    xshard error ("xshard..."), never another exception's text;
-//  - status 0: nothing on stderr; with --help alone the usage; with
-//    --visualize a picture; otherwise one JSON object that a strict
-//    validator written here accepts, with the keys of DESIGN.md, whose
-//    "hlo" and "hlo_v2" strings parse (parse_hlo) to the same sharding.
-// Driver cap: inputs whose --mesh has more than 4096 devices are skipped (the
+//  - status 0: nothing on stderr; the usage only when -h/--help was given;
+//    a picture only with --visualize; otherwise one JSON object that a
+//    strict validator written here accepts, with the keys of DESIGN.md
+//    (and "sdy"), whose "hlo" and "hlo_v2" strings parse (parse_hlo) to the
+//    same sharding, whose "sdy" mesh line and sharding read back
+//    (parse_sdy) to "mesh", "device_ids" and a spec with that "hlo", and
+//    whose shards of a {replicated} sharding have replica == device.
+// Driver cap: inputs whose --mesh (or --mesh=) has more than 4096 devices are skipped (the
 // JSON lists every device; the parsers are fuzzed at full size elsewhere).
 #include <sys/mman.h>  // memfd_create
 #include <unistd.h>    // ftruncate, pwrite
@@ -25,12 +28,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <nlohmann/json.hpp>  // reads back the JSON the strict validator accepted
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 #include <xshard/mesh/axes.hpp>
 #include <xshard/sharding/hlo.hpp>
+#include <xshard/sharding/sdy.hpp>
 
 #include "fuzz_common.hpp"
 #include "plan_cli.hpp"
@@ -144,11 +149,14 @@ class json_checker {
 };
 
 bool too_big(const std::vector<std::string>& args) {
-  for (std::size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == "--mesh") {
-      const auto axes = xshard::parse_mesh_axes(args[i + 1]);
-      if (axes.ok() && xshard::mesh_size(axes.value) > 4096) return true;
-    }
+  auto big = [](std::string_view mesh) {
+    const auto axes = xshard::parse_mesh_axes(mesh);
+    return axes.ok() && xshard::mesh_size(axes.value) > 4096;
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--mesh" && i + 1 < args.size() && big(args[i + 1])) return true;
+    if (args[i].rfind("--mesh=", 0) == 0 && big(std::string_view(args[i]).substr(7))) return true;  // CLI11's form
+  }
   return false;
 }
 
@@ -209,10 +217,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   fuzz::check(r.err.empty(), "nothing on stderr on success");
   fuzz::check(!r.out.empty(), "something on stdout on success");
-  if (views.size() == 1 && (views[0] == "--help" || views[0] == "-h")) return 0;
-  bool visualize = false;
-  for (std::string_view a : views) visualize = visualize || a == "--visualize";
-  if (visualize) return 0;
+  auto some_arg_starts = [&](std::string_view prefix) {
+    return std::any_of(views.begin(), views.end(),
+                       [&](std::string_view a) { return a.substr(0, prefix.size()) == prefix; });
+  };
+  if (r.out.rfind(xshard_plan::detail::help_banner, 0) == 0) {
+    fuzz::check(some_arg_starts("-h") || some_arg_starts("--help"), "the usage only for -h/--help", r.out);
+    return 0;
+  }
+  if (r.out.rfind("shape [", 0) == 0) {
+    fuzz::check(some_arg_starts("--visualize"), "a picture only for --visualize", r.out);
+    return 0;
+  }
 
   std::vector<std::pair<std::string, std::string>> top;
   fuzz::check(json_checker(r.out).document(top), "stdout is one JSON object", r.out);
@@ -224,10 +240,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (k == "hlo_v2") hlo_v2 = v;
   }
   for (const char* k : {"sharding_type", "tile_assignment", "group_assignment", "replication_groups", "hlo", "hlo_v2",
-                        "mesh", "device_ids"})
+                        "sdy", "mesh", "device_ids"})
     fuzz::check(std::find(keys.begin(), keys.end(), k) != keys.end(), "the JSON has DESIGN.md's keys", k);
   const auto x1 = xshard::parse_hlo(hlo), x2 = xshard::parse_hlo(hlo_v2);
   fuzz::check(x1.ok() && x2.ok() && x1.value == x2.value, "\"hlo\" and \"hlo_v2\" parse to the same sharding",
               hlo + " / " + hlo_v2);
+
+  // "sdy": Shardy's mesh line and sharding read back (parse_sdy) to the
+  // printed mesh and a spec with the same HLO text; replica ids of a
+  // {replicated} layout are the device ids.
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const std::string sdy = j["sdy"]["mesh"].get<std::string>() + "\n" + j["sdy"]["sharding"].get<std::string>();
+  const auto v = xshard::parse_sdy(sdy);
+  fuzz::check(v.ok(), "\"sdy\" parses", sdy);
+  fuzz::check(xshard::mesh_text(v.value.mesh.axes).str() == j["mesh"].get<std::string>() &&
+                  v.value.mesh.device_ids == j["device_ids"].get<std::vector<int>>(),
+              "\"sdy\" holds the mesh", sdy);
+  const xshard::runtime_mesh m(xshard::mesh_text(v.value.mesh.axes).str(), v.value.mesh.device_ids);
+  fuzz::check(xshard::hlo_sharding_text(m, xshard::spec_text(v.value.spec).str()) == hlo,
+              "\"sdy\" is the sharding \"hlo\" is", sdy + " / " + hlo);
+  if (j.contains("shards") && !x1.value.is_tiled())
+    for (const auto& s : j["shards"])
+      fuzz::check(s["replica"] == s["device"], "under {replicated} a replica id is the device id", r.out);
   return 0;
 }

@@ -24,7 +24,8 @@
 //  - shard_slices of a rank-matching shape with extents >= 0 works: one
 //    shard per device, slices along each dim partition [0, n) in tile order,
 //    every element is held by exactly size/tiles devices with replica ids
-//    0..size/tiles-1 per tile, and extract_shard/insert_shard round-trip (the
+//    0..size/tiles-1 per tile (under {replicated}: each device's own id, as
+//    torch_xla gives them), and extract_shard/insert_shard round-trip (the
 //    element walk only for at most 4096 elements; huge extents get the
 //    per-dim checks).
 #include <algorithm>
@@ -183,6 +184,8 @@ void check_layout(const xshard::runtime_mesh& m, const std::vector<std::int64_t>
     devices.push_back(s.device);
     fuzz::check(s.tile >= 0 && s.tile < tiles, "a shard's tile index is in range");
     replica_ids[s.tile].push_back(s.replica);
+    // torch_xla: under {replicated} (one tile) a device's replica id is its id.
+    if (tiles == 1) fuzz::check(s.replica == s.device, "a {replicated} shard's replica id is its device id");
     fuzz::check(s.slices.size() == rank, "one slice per dim");
     std::int64_t rest = s.tile;
     for (std::size_t d = rank; d-- > 0;) {

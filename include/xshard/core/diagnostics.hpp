@@ -50,6 +50,9 @@ template <class Name> struct axis_used_twice { static constexpr bool value = fal
 template <std::int64_t SpecRank, std::int64_t TensorRank> struct spec_rank_mismatch { static constexpr bool value = false; };
 template <std::int64_t Dim, std::int64_t Extent, int Tiles> struct uneven_shard { static constexpr bool value = false; };
 template <int Column, char Char> struct hlo_syntax_error { static constexpr bool value = false; };
+template <int Column, char Char> struct sdy_syntax_error { static constexpr bool value = false; };
+template <int Column, char Char> struct sdy_unsupported_construct { static constexpr bool value = false; };
+template <int Column> struct sdy_invalid_at_column { static constexpr bool value = false; };
 template <errc Code> struct invalid_input { static constexpr bool value = false; };
 template <int Column, char Char> struct einsum_syntax_error { static constexpr bool value = false; };
 template <int Column> struct einsum_dot_outside_ellipsis { static constexpr bool value = false; };
@@ -128,6 +131,12 @@ constexpr bool raise() {
     static_assert(xshard::uneven_shard<D.a, D.b, D.column>::value, "xshard: dim does not divide evenly");
   } else if constexpr (D.code == hlo_syntax) {
     static_assert(hlo_syntax_error<D.column, D.ch>::value, "xshard: malformed HLO sharding");
+  } else if constexpr (D.code == sdy_syntax) {
+    static_assert(sdy_syntax_error<D.column, D.ch>::value, "xshard: malformed Shardy text");
+  } else if constexpr (D.code == sdy_unsupported) {
+    static_assert(sdy_unsupported_construct<D.column, D.ch>::value, "xshard: unsupported Shardy construct");
+  } else if constexpr (D.code == sdy_invalid) {
+    static_assert(sdy_invalid_at_column<D.column>::value, "xshard: invalid Shardy text");
   } else if constexpr (D.code == einsum_syntax) {
     static_assert(einsum_syntax_error<D.column, D.ch>::value, "xshard: malformed einsum equation");
   } else if constexpr (D.code == einsum_ellipsis) {

@@ -54,6 +54,10 @@ enum class errc : std::uint8_t {
   // HLO sharding text
   hlo_syntax,   // column, ch
   hlo_invalid,  // detail
+  // Shardy (sdy dialect) text
+  sdy_syntax,       // column, ch
+  sdy_unsupported,  // column, ch, detail = the construct
+  sdy_invalid,      // column, detail
   // hybrid meshes and topology
   topology,  // detail
   // einsum equations and operands
@@ -193,6 +197,23 @@ constexpr text_builder describe_text(const diagnostic& d, std::string_view subje
       break;
     case errc::hlo_invalid:
       t << "invalid HLO sharding: " << d.detail.view();
+      quoted();
+      break;
+    case errc::sdy_syntax:
+      t << "malformed Shardy text: unexpected ";
+      detail::append_char(t, d.ch);
+      t << " at column " << d.column;
+      quoted();
+      t << " (expected sdy.mesh @name = <[\"a\"=2, ...]> lines, then #sdy.sharding<@name, [{\"a\"}, {}]>)";
+      break;
+    case errc::sdy_unsupported:
+      t << "unsupported Shardy construct, " << d.detail.view() << ": ";
+      detail::append_char(t, d.ch);
+      t << " at column " << d.column;
+      quoted();
+      break;
+    case errc::sdy_invalid:
+      t << "invalid Shardy text at column " << d.column << ": " << d.detail.view();
       quoted();
       break;
     case errc::topology:
