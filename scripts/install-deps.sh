@@ -2,7 +2,8 @@
 # Installs xshard's build and test dependencies on Debian 12 (run as root).
 # Idempotent: when every package is already installed it does nothing, so
 # reruns are fast. Nothing is downloaded besides Debian packages. Open MPI is
-# for the MPI backend (xshard::mpi) and its tests; without it they are skipped.
+# for the MPI backend (xshard::mpi) and its tests, HDF5 for checkpoints
+# (xshard::hdf5) and h5py for the interop test; without them they are skipped.
 #
 # XSHARD_BENCH_DEPS=1 also installs the optional benchmark peers (bench/ only;
 # the tests never need them): OpenBLAS and Eigen for bench/einsum, numpy,
@@ -14,6 +15,7 @@ packages=(
   xtensor-dev libxsimd-dev xtl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  libhdf5-dev python3-h5py
   ca-certificates python3
 )
 if [ "${XSHARD_BENCH_DEPS:-0}" = "1" ]; then

@@ -2,6 +2,7 @@
 // sharding and einsum (which depend only on core, xtensor and xsimd).
 #pragma once
 
+#include "checkpoint/manifest.hpp"
 #include "core/diagnostics.hpp"
 #include "core/error.hpp"
 #include "core/fixed_string.hpp"
@@ -44,6 +45,9 @@
 #include "spmd/sharded.hpp"
 #include "spmd/thread_mesh.hpp"
 #include "trace/trace.hpp"
+#if defined(XSHARD_WITH_HDF5)  // set by the CMake target xshard::hdf5
+#include "checkpoint/checkpoint.hpp"
+#endif
 #if defined(XSHARD_WITH_MPI)  // set by the CMake target xshard::mpi
 #include "spmd/mpi_mesh.hpp"
 #endif
