@@ -3,8 +3,9 @@
 # Idempotent: when every package is already installed it does nothing, so
 # reruns are fast. Nothing is downloaded besides Debian packages. CLI11 and
 # nlohmann-json are for the examples' command lines and xshard-plan's JSON
-# (the library itself needs neither). Open MPI is
-# for the MPI backend (xshard::mpi) and its tests; without it they are skipped.
+# (the library itself needs neither). Open MPI is for the MPI backend
+# (xshard::mpi) and its tests, HDF5 for checkpoints (xshard::hdf5) and h5py
+# for the interop test; without them they are skipped.
 #
 # XSHARD_BENCH_DEPS=1 also installs the optional benchmark peers (bench/ only;
 # the tests never need them): OpenBLAS and Eigen for bench/einsum, numpy,
@@ -17,6 +18,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
+  libhdf5-dev python3-h5py
   ca-certificates python3
 )
 if [ "${XSHARD_BENCH_DEPS:-0}" = "1" ]; then

@@ -7,7 +7,18 @@
 // checks the final parameters against the same training on one device, and
 // writes a Chrome trace of the last steps.
 //
-//   train_mlp [--steps N] [--trace FILE] [--no-progress]
+//   train_mlp [--steps N] [--trace FILE] [--no-progress] [--optimizer sgd|adamw]
+//             [--save DIR] [--resume DIR] [--devices 4|1] [--compare FILE] [--print-losses]
+//
+// --optimizer: plain SGD (the default, lr 0.1) or AdamW (lr 1e-3, weight
+// decay 0.01), both xshard::optimizer over the stacked sharded parameters.
+// --save DIR writes DIR/checkpoint.h5 at the end (parameters, optimizer
+// states and step count, the RNG state, the step); --resume DIR starts from
+// it and runs --steps more steps. --devices 1 trains on one device only
+// (plain tensors; a checkpoint from the 2x2 mesh loads onto it). --compare
+// FILE checks the final parameters against a checkpoint's (bit for bit, or
+// the largest difference and the tolerance). --print-losses prints every
+// step's loss with 9 digits. Checkpoint flags need HDF5 (xshard::hdf5).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>  // command line (libcli11-dev)
@@ -16,15 +27,21 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 #include <xshard/scan/scan_layers.hpp>
 #include <xshard/sharding/visualize.hpp>
 #include <xshard/spmd/thread_mesh.hpp>
 #include <xshard/trace/trace.hpp>
+#include <xtensor/xrandom.hpp>
+#if defined(XSHARD_WITH_HDF5)
+#include <xshard/checkpoint/checkpoint.hpp>
+#endif
 
 #include "model.hpp"
 
@@ -74,42 +91,28 @@ std::string collective_list(const step_summary& step) {
   return s;
 }
 
-}  // namespace
+/// FNV-1a over the bytes of every parameter (a digest to compare runs).
+std::uint64_t digest(const std::vector<DenseBlock::params>& ps) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto& p : ps) [&]<std::size_t... I>(std::index_sequence<I...>) {
+      auto mix = [&](const auto& t) {
+        const auto* b = reinterpret_cast<const unsigned char*>(t.data());
+        for (std::size_t i = 0; i < t.size() * sizeof(T); ++i) h = (h ^ b[i]) * 1099511628211ull;
+      };
+      (mix(std::get<I>(p)), ...);
+    }
+  (std::make_index_sequence<4>{});
+  return h;
+}
 
-int main(int argc, char** argv) {
-  std::size_t steps = 300;
-  std::string trace_path = "train_mlp.trace.json";
-  bool no_progress = false;
-  CLI::App app{"train_mlp: 8 residual MLP blocks trained data x model on a 2x2 thread mesh", "train_mlp"};
-  app.add_option("--steps", steps, "SGD steps")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{100000}))
-      ->capture_default_str();
-  app.add_option("--trace", trace_path, "Chrome trace of the last steps")->capture_default_str();
-  app.add_flag("--no-progress", no_progress, "no progress bar");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "train_mlp: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  const bool progress = !no_progress;
-  const bool tty = isatty(STDOUT_FILENO) != 0;
-  const data_set data = make_data();
-  const std::vector<DenseBlock::params> init = init_params();
-
-  std::cout << "== model: " << layers << " residual MLP blocks (x + W2 gelu(W1 x + b1) + b2), width " << width
-            << ", hidden " << hidden << ", batch " << batch << ", SGD lr " << learning_rate << ", " << steps
-            << " steps\n";
+void print_mesh_plan() {
   std::cout << "== mesh: data=2, model=2 (4 devices, one thread each); scan_layers over stacked parameters; remat "
                "dots_saveable\n\n";
   const std::array<std::int64_t, 2> x_shape{batch, width}, w_in_shape{hidden, width}, w_out_shape{width, hidden};
   std::cout << "activations x, y [batch, width] by spec (" << Layout::batch::text.view() << "):\n"
             << xshard::visualize<Mesh, Layout::batch>(x_shape) << "\n";
   std::cout << "W1 [hidden, width] by (" << Layout::w_in::text.view() << "), stacked over layers as ("
-            << std::tuple_element_t<0, xshard::stacked_params<Block>>::spec_type::text.view() << "):\n"
+            << std::tuple_element_t<0, MeshParams>::spec_type::text.view() << "):\n"
             << xshard::visualize<Mesh, Layout::w_in>(w_in_shape) << "\n";
   std::cout << "W2 [width, hidden] by (" << Layout::w_out::text.view() << "):\n"
             << xshard::visualize<Mesh, Layout::w_out>(w_out_shape) << "\n";
@@ -125,16 +128,35 @@ int main(int argc, char** argv) {
   for (const auto& s : backward_plans) std::cout << "  backward  " << s.what << ": " << collective_list(s) << "\n";
   std::cout << "  per step: " << layers << " x (" << Block::forward_collectives() << " + "
             << Block::backward_collectives() << ") + 1 (the loss) = " << collectives_per_step
-            << " all-reduces on every device\n\n";
+            << " all-reduces on every device (the optimizer's update adds none: its states are sharded like the "
+               "parameters)\n\n";
+}
 
-  // ---- training on the mesh
-  xshard::thread_mesh<Mesh> mesh;
-  std::vector<float> losses(steps);
-  std::vector<DenseBlock::params> trained(layers);
-  std::mutex mu;
+/// The training on the 2x2 mesh: every step's loss, the gathered final
+/// parameters, and the first step whose collectives differ from the plan.
+struct mesh_run {
+  std::vector<float> losses;
+  std::vector<DenseBlock::params> params;
   std::string mismatch;
+  double seconds = 0;
+};
+
+template <class Rule>
+mesh_run train_on_mesh(const data_set& data, const std::vector<DenseBlock::params>& init, const options& o,
+                       std::size_t first_step) {
+  static_assert(xshard::optimizer<Rule, MeshParams>::template plan<MeshParams>(false).collective_count() == 0);
+  const std::size_t steps = o.steps;
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  mesh_run run;
+  run.losses.resize(steps);
+  run.params.resize(layers);
+  std::mutex mu;
   const std::size_t traced_steps = std::min<std::size_t>(3, steps);
   auto& tracer = xshard::tracer::instance();
+#if defined(XSHARD_WITH_HDF5)
+  if (!o.save_dir.empty()) std::filesystem::create_directories(o.save_dir);
+#endif
+  xshard::thread_mesh<Mesh> mesh;
   const auto t0 = std::chrono::steady_clock::now();
   mesh.run([&](auto& dev) {
     Block block;
@@ -145,9 +167,20 @@ int main(int argc, char** argv) {
                            xshard::distribute<Layout::w_out>(dev, std::get<2>(p)),
                            xshard::distribute<Layout::b_out>(dev, std::get<3>(p))});
     auto params = xshard::stack_params<Block>(per_layer);
+    xshard::optimizer<Rule, MeshParams> opt(make_rule<Rule>(), params);
+#if defined(XSHARD_WITH_HDF5)
+    if (!o.resume_dir.empty()) {
+      // Each device reads the hyperslabs of its own blocks, whatever mesh
+      // and specs the checkpoint was saved with.
+      xshard::checkpoint_reader r(dev, checkpoint_file(o.resume_dir));
+      r.read_tuple("params", params, Block::param_names);
+      r.read_optimizer("optimizer", opt, params, Block::param_names);
+    }
+#endif
     const bool lead = dev.id() == 0;
-    for (std::size_t step = 0; step < steps; ++step) {
-      if (lead && step + traced_steps == steps) tracer.start();
+    for (std::size_t i = 0; i < steps; ++i) {
+      const std::size_t step = first_step + i;
+      if (lead && i + traced_steps == steps) tracer.start();
       const xshard::trace_me scope("train/step", {{"step", step}});
       dev.reset_counters();
       const auto x = xshard::distribute<Layout::batch>(dev, rows(data.x, step));
@@ -160,80 +193,201 @@ int main(int argc, char** argv) {
       dev.all_reduce(std::span<float>(&loss, 1), xshard::reduce_op::sum, xshard::axis_set{1});
       const auto gy = xshard::local_map(diff, [](const auto& d) { return d * (T(2) / T(batch * width)); });
       const auto grads = pullback(gy).first;  // (and dx: unused)
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        ((std::get<I>(params).local() -= learning_rate * std::get<I>(grads).local()), ...);
-      }
-      (std::make_index_sequence<4>{});
+      opt.step(params, grads);                // plain SGD: p -= lr g
       if (dev.counters().total_calls() != collectives_per_step) {
         std::lock_guard lock(mu);
-        mismatch = "device " + std::to_string(dev.id()) + " step " + std::to_string(step) + ": " +
-                   std::to_string(dev.counters().total_calls()) + " collectives, the plan says " +
-                   std::to_string(collectives_per_step);
+        run.mismatch = "device " + std::to_string(dev.id()) + " step " + std::to_string(step) + ": " +
+                       std::to_string(dev.counters().total_calls()) + " collectives, the plan says " +
+                       std::to_string(collectives_per_step);
       }
       if (lead) {
-        losses[step] = loss;
+        run.losses[i] = loss;
         // A bar redrawn in place on a terminal, a line per tenth of the run
         // otherwise (logs).
         const std::size_t every = tty ? 5 : std::max<std::size_t>(1, steps / 10);
-        if (progress && (step % every == 0 || step + 1 == steps))
-          std::cout << (tty ? "\r" : "") << bar(step + 1, steps) << " step " << step + 1 << "/" << steps << "  loss "
-                    << loss << (tty ? "" : "\n") << std::flush;
+        if (o.progress && (i % every == 0 || i + 1 == steps))
+          std::cout << (tty ? "\r" : "") << bar(i + 1, steps) << " step " << step + 1 << "  loss " << loss
+                    << (tty ? "" : "\n") << std::flush;
       }
     }
     if (lead) tracer.stop();
+#if defined(XSHARD_WITH_HDF5)
+    if (!o.save_dir.empty()) {
+      xshard::checkpoint_writer w(dev, checkpoint_file(o.save_dir), static_cast<std::int64_t>(first_step + steps));
+      w.add_tuple("params", params, Block::param_names);
+      w.add_optimizer("optimizer", opt, Block::param_names);
+      w.add_rng("rng/xtensor", xt::random::get_default_random_engine());
+      w.commit();
+    }
+#endif
     for (std::size_t l = 0; l < layers; ++l) {
       const auto p = xshard::layer_params<Block>(params, l);
       DenseBlock::params g{xshard::gather(std::get<0>(p)), xshard::gather(std::get<1>(p)),
                            xshard::gather(std::get<2>(p)), xshard::gather(std::get<3>(p))};
-      if (lead) trained[l] = std::move(g);
+      if (lead) run.params[l] = std::move(g);
     }
   });
-  const double mesh_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (progress && tty) std::cout << "\n";
-  std::cout << "\n== loss\n";
-  for (std::size_t s = 0; s < steps; s += std::max<std::size_t>(1, steps / 6))
-    std::cout << "  step " << s + 1 << ": " << losses[s] << "\n";
-  std::cout << "  step " << steps << ": " << losses[steps - 1] << "\n";
-  if (!mismatch.empty()) {
-    std::cout << "collectives differ from the plan: " << mismatch << "\n";
-    return 1;
-  }
-  std::cout << "  every step ran exactly " << collectives_per_step << " collectives on every device, as planned\n";
-  std::cout << "  " << steps << " steps on the mesh in " << mesh_seconds << " s\n";
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (o.progress && tty) std::cout << "\n";
+  return run;
+}
 
-  // ---- the same training on one device (single_device.cpp)
-  const single_device_run single = train_single_device(data, init, steps);
-  double max_diff = 0, max_param = 0;
+double max_abs_diff(const std::vector<DenseBlock::params>& a, const std::vector<DenseBlock::params>& b,
+                    double& max_param) {
+  double max_diff = 0;
   for (std::size_t l = 0; l < layers; ++l) {
-    const DenseBlock::params& want = single.params[l];
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((max_diff = std::max<double>(max_diff, xt::amax(xt::abs(std::get<I>(trained[l]) - std::get<I>(want)))())), ...);
-      ((max_param = std::max<double>(max_param, xt::amax(xt::abs(std::get<I>(want)))())), ...);
+      ((max_diff = std::max<double>(max_diff, xt::amax(xt::abs(std::get<I>(a[l]) - std::get<I>(b[l])))())), ...);
+      ((max_param = std::max<double>(max_param, xt::amax(xt::abs(std::get<I>(b[l])))())), ...);
     }
     (std::make_index_sequence<4>{});
   }
-  const double tolerance = 1e-3 * max_param;
-  std::cout << "\n== the same training on one device (" << xshard::usable_threads()
-            << " einsum threads): " << single.seconds << " s\n";
-  std::cout << "== check against one device: final loss " << single.final_loss << " (mesh " << losses[steps - 1]
-            << "); largest parameter difference " << max_diff << " (largest parameter " << max_param << ", tolerance "
-            << tolerance << ")\n";
-  if (!(max_diff <= tolerance)) {
-    std::cout << "the mesh's parameters differ from the single-device run\n";
-    return 1;
+  return max_diff;
+}
+
+int run(const options& o) {
+  const std::size_t steps = o.steps;
+  const data_set data = make_data();
+  const std::vector<DenseBlock::params> init = init_params();
+  const bool adamw = o.opt == optimizer_kind::adamw;
+
+  std::size_t first_step = 0;  // the global step this run starts at
+#if defined(XSHARD_WITH_HDF5)
+  if (!o.resume_dir.empty())
+    first_step = static_cast<std::size_t>(xshard::checkpoint_reader(checkpoint_file(o.resume_dir)).step());
+#endif
+  std::cout << "== model: " << layers << " residual MLP blocks (x + W2 gelu(W1 x + b1) + b2), width " << width
+            << ", hidden " << hidden << ", batch " << batch << ", "
+            << (adamw ? "AdamW lr 0.001 weight decay 0.01" : "SGD lr 0.1") << ", " << steps << " steps";
+  if (first_step) std::cout << " (resumed at step " << first_step << " from " << checkpoint_file(o.resume_dir) << ")";
+  std::cout << "\n";
+  if (o.devices == 4)
+    print_mesh_plan();
+  else
+    std::cout << "== one device (plain tensors, " << xshard::usable_threads() << " einsum threads)\n\n";
+
+  mesh_run mesh;
+  if (o.devices == 4)
+    mesh = adamw ? train_on_mesh<xshard::adamw>(data, init, o, first_step)
+                 : train_on_mesh<xshard::sgd>(data, init, o, first_step);
+  // ---- the same training on one device (single_device.cpp)
+  const single_device_run single = train_single_device(data, init, o, first_step);
+  const std::vector<float>& losses = o.devices == 4 ? mesh.losses : single.losses;
+  const std::vector<DenseBlock::params>& trained = o.devices == 4 ? mesh.params : single.params;
+
+  std::cout << "\n== loss\n";
+  for (std::size_t s = 0; s < steps; s += std::max<std::size_t>(1, steps / 6))
+    std::cout << "  step " << first_step + s + 1 << ": " << losses[s] << "\n";
+  std::cout << "  step " << first_step + steps << ": " << losses[steps - 1] << "\n";
+  if (o.print_losses) {
+    char buf[64];
+    for (std::size_t s = 0; s < steps; ++s) {
+      std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(losses[s]));
+      std::cout << "  loss[" << first_step + s + 1 << "] = " << buf << "\n";
+    }
+  }
+  if (o.devices == 4) {
+    if (!mesh.mismatch.empty()) {
+      std::cout << "collectives differ from the plan: " << mesh.mismatch << "\n";
+      return 1;
+    }
+    std::cout << "  every step ran exactly " << collectives_per_step << " collectives on every device, as planned\n";
+    std::cout << "  " << steps << " steps on the mesh in " << mesh.seconds << " s\n";
+    double max_param = 0;
+    const double max_diff = max_abs_diff(mesh.params, single.params, max_param);
+    const double tolerance = 1e-3 * max_param;
+    std::cout << "\n== the same training on one device (" << xshard::usable_threads()
+              << " einsum threads): " << single.seconds << " s\n";
+    std::cout << "== check against one device: final loss " << single.losses[steps - 1] << " (mesh "
+              << losses[steps - 1] << "); largest parameter difference " << max_diff << " (largest parameter "
+              << max_param << ", tolerance " << tolerance << ")\n";
+    if (!(max_diff <= tolerance)) {
+      std::cout << "the mesh's parameters differ from the single-device run\n";
+      return 1;
+    }
+  } else {
+    std::cout << "  " << steps << " steps on one device in " << single.seconds << " s\n";
   }
   // The loss halves within a hundred steps (about 0.4 of the first at step
-  // 51 with these settings); shorter runs must still make progress.
-  const float want = steps >= 100 ? 0.5f : 1.0f;
-  if (!(losses[steps - 1] < want * losses[0])) {
+  // 51 with SGD); shorter runs must still make progress. (A resumed run
+  // starts where the loss is already low: not checked.)
+  const float want = steps >= 100 && !adamw ? 0.5f : 1.0f;
+  if (first_step == 0 && !(losses[steps - 1] < want * losses[0])) {
     std::cout << "the loss did not go down to " << want << " of the first step's\n";
     return 1;
   }
-
-  if (!trace_path.empty()) {
-    tracer.write_chrome_json(trace_path);
-    std::cout << "\n== trace of the last " << traced_steps << " steps (" << tracer.events().size()
-              << " events, 4 devices): " << trace_path << " (open in ui.perfetto.dev or chrome://tracing)\n";
+  std::cout << "== parameters digest (FNV-1a of their bytes): " << std::hex << digest(trained) << std::dec << "\n";
+#if defined(XSHARD_WITH_HDF5)
+  if (!o.save_dir.empty())
+    std::cout << "== saved step " << first_step + steps << " to " << checkpoint_file(o.save_dir) << "\n";
+  if (!o.compare_file.empty()) {
+    // The parameters against a checkpoint's: bit for bit, or how far.
+    const comparison c = compare_with_checkpoint(trained, o.compare_file);
+    const double tolerance = 1e-3 * c.max_param;
+    std::cout << "== compared with " << o.compare_file << " (step " << c.step
+              << "): " << (c.identical ? "bit-identical" : "not bit-identical") << "; largest parameter difference "
+              << c.max_diff << " (largest parameter " << c.max_param << ", tolerance " << tolerance
+              << ": float32 sums in another order)\n";
+    if (!(c.max_diff <= tolerance)) return 1;
+  }
+#endif
+  if (o.devices == 4 && !o.trace_path.empty()) {
+    auto& tracer = xshard::tracer::instance();
+    tracer.write_chrome_json(o.trace_path);
+    std::cout << "\n== trace of the last " << std::min<std::size_t>(3, steps) << " steps (" << tracer.events().size()
+              << " events, 4 devices): " << o.trace_path << " (open in ui.perfetto.dev or chrome://tracing)\n";
   }
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  bool no_progress = false;
+  std::string optimizer = "sgd";
+  CLI::App app{"train_mlp: 8 residual MLP blocks trained data x model on a 2x2 thread mesh", "train_mlp"};
+  app.add_option("--steps", o.steps, "training steps")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100000}))
+      ->capture_default_str();
+  app.add_option("--trace", o.trace_path, "Chrome trace of the last steps")->capture_default_str();
+  app.add_flag("--no-progress", no_progress, "no progress bar");
+  app.add_option("--optimizer", optimizer, "sgd (lr 0.1) or adamw (lr 1e-3, weight decay 0.01)")
+      ->check(CLI::IsMember({"sgd", "adamw"}))
+      ->capture_default_str();
+  app.add_option("--devices", o.devices, "4 (the 2x2 mesh) or 1 (plain tensors)")
+      ->check(CLI::IsMember({4, 1}))
+      ->capture_default_str();
+  app.add_flag("--print-losses", o.print_losses, "every step's loss with 9 digits");
+  CLI::Option* save = app.add_option("--save", o.save_dir, "write DIR/checkpoint.h5 at the end");
+  CLI::Option* resume = app.add_option("--resume", o.resume_dir, "start from DIR/checkpoint.h5");
+  CLI::Option* compare = app.add_option("--compare", o.compare_file, "check the final parameters against a checkpoint");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "train_mlp: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+#if !defined(XSHARD_WITH_HDF5)
+  for (const CLI::Option* opt : {save, resume, compare})
+    if (opt->count() > 0) {
+      std::cerr << "train_mlp: " << opt->get_name()
+                << " needs checkpoints: build with HDF5 (libhdf5-dev, target xshard::hdf5)\n";
+      return 2;
+    }
+#else
+  (void)save, (void)resume, (void)compare;
+#endif
+  o.progress = !no_progress;
+  o.opt = optimizer == "adamw" ? optimizer_kind::adamw : optimizer_kind::sgd;
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::cerr << "train_mlp: " << e.what() << "\n";
+    return 1;
+  }
+}
+

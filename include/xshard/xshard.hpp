@@ -2,6 +2,7 @@
 // sharding and einsum (which depend only on core, xtensor and xsimd).
 #pragma once
 
+#include "checkpoint/manifest.hpp"
 #include "core/diagnostics.hpp"
 #include "core/error.hpp"
 #include "core/fixed_string.hpp"
@@ -23,6 +24,9 @@
 #include "nn/layer.hpp"
 #include "nn/linear.hpp"
 #include "nn/mlp.hpp"
+#include "optim/accumulate.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/tensors.hpp"
 #include "scan/remat.hpp"
 #include "scan/scan.hpp"
 #include "scan/scan_grad.hpp"
@@ -42,6 +46,9 @@
 #include "spmd/sharded.hpp"
 #include "spmd/thread_mesh.hpp"
 #include "trace/trace.hpp"
+#if defined(XSHARD_WITH_HDF5)  // set by the CMake target xshard::hdf5
+#include "checkpoint/checkpoint.hpp"
+#endif
 #if defined(XSHARD_WITH_MPI)  // set by the CMake target xshard::mpi
 #include "spmd/mpi_mesh.hpp"
 #endif
