@@ -390,4 +390,3 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
-

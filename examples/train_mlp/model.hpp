@@ -21,14 +21,14 @@ namespace train_mlp {
 using T = float;
 using Mesh = xshard::mesh<"data=2, model=2">;
 using Layout = xshard::data_model_mlp<Mesh>;
-using Block = xshard::mlp_block<T, Layout>;            // on the mesh
-using DenseBlock = xshard::mlp_block<T>;               // one device, the reference
+using Block = xshard::mlp_block<T, Layout>;  // on the mesh
+using DenseBlock = xshard::mlp_block<T>;     // one device, the reference
 using MeshParams = xshard::stacked_params<Block>;
 using DenseParams = xshard::stacked_params<DenseBlock>;
 constexpr auto policy = xshard::remat::dots_saveable;  // keep x and h per layer, recompute gelu
 
 constexpr std::size_t layers = 8, width = 128, hidden = 512, batch = 64, samples = 1024;
-constexpr T learning_rate = 0.1f;           // SGD (the default)
+constexpr T learning_rate = 0.1f;             // SGD (the default)
 constexpr double adamw_learning_rate = 1e-3;  // AdamW, weight decay 0.01
 
 enum class optimizer_kind { sgd, adamw };
