@@ -1,0 +1,572 @@
+// xshard/graph/graph.hpp - a forward written once (graph/node.hpp), run and
+// differentiated: evaluation on plain or sharded values, the reverse pass,
+// remat policies, the collectives of both passes as constants, and the
+// layer protocol (nn/layer.hpp) for scan_layers.
+//
+//   struct mlp_def {
+//     using input = xt::xtensor<float, 2>;
+//     using params = std::tuple<xt::xtensor<float, 2>, xt::xtensor<float, 1>>;
+//     static constexpr std::array<std::string_view, 2> param_names{"w", "b"};
+//     template <class X, class W, class B>
+//     static auto forward(X x, W w, B b) {
+//       namespace g = xshard::graph;
+//       return g::gelu(g::einsum<"...n,mn->...m">(x, w) + b);
+//     }
+//   };
+//   using L = xshard::graph::layer<mlp_def>;   // forward, vjp, remat, plans
+//
+// Remat policies (graph::policy): save_all keeps what each vjp reads;
+// recompute keeps only the input; dots_saveable keeps einsum outputs;
+// save_only<"h", ...> keeps the nodes named by graph::save. The reverse pass
+// recomputes whatever a policy did not keep, so every policy gives the same
+// gradients (bit for bit). Residuals are one type for every policy: a slot
+// per node, filled by the policy (residual_bytes reports what it holds).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "../core/error.hpp"
+#include "node.hpp"
+#include "ops.hpp"
+
+namespace xshard::graph {
+
+// ---------------------------------------------------------------------------
+// Remat policies: which nodes' values a forward keeps for the backward.
+
+namespace policy {
+struct save_all {
+  static constexpr bool keeps(const node_info& n) { return n.kind != op_kind::leaf; }
+};
+struct recompute {
+  static constexpr bool keeps(const node_info&) { return false; }
+};
+struct dots_saveable {
+  static constexpr bool keeps(const node_info& n) { return n.kind == op_kind::einsum; }
+};
+template <fixed_string... Names>
+struct save_only {
+  static constexpr bool keeps(const node_info& n) { return !n.name.empty() && ((n.name == Names.view()) || ...); }
+};
+/// Nothing at all, not even the input (a forward whose residuals are
+/// dropped).
+struct nothing {
+  static constexpr bool keeps_input = false;
+  static constexpr bool keeps(const node_info&) { return false; }
+};
+}  // namespace policy
+
+/// The nodes whose values some vjp reads.
+template <std::size_t N>
+constexpr node_set<N> vjp_reads(const std::array<node_info, N>& g) {
+  node_set<N> r{};
+  for (std::size_t i = 0; i < N; ++i) {
+    if (g[i].kind == op_kind::leaf) continue;
+    if (g[i].needs_output) r[i] = true;
+    if (g[i].needs_operands)
+      for (std::size_t k = 0; k < g[i].arity; ++k) r[g[i].operands[k]] = true;
+  }
+  return r;
+}
+
+/// `required` closed under recomputation: a required node that is not
+/// `present` (and not a leaf) needs its operands.
+template <std::size_t N>
+constexpr node_set<N> close_required(const std::array<node_info, N>& g, node_set<N> required,
+                                     const node_set<N>& present) {
+  for (std::size_t i = N; i-- > 0;)
+    if (required[i] && !present[i] && g[i].kind != op_kind::leaf)
+      for (std::size_t k = 0; k < g[i].arity; ++k) required[g[i].operands[k]] = true;
+  return required;
+}
+
+/// The nodes a forward under Policy keeps: those the backward reads, or
+/// needs to recompute what it reads, that the policy keeps; and the input
+/// (leaf 0) when the backward needs it.
+template <class Policy, std::size_t N>
+constexpr node_set<N> kept_nodes(const std::array<node_info, N>& g) {
+  node_set<N> keeps{};
+  constexpr bool input = [] {
+    if constexpr (requires { Policy::keeps_input; })
+      return Policy::keeps_input;
+    else
+      return true;
+  }();
+  for (std::size_t i = 0; i < N; ++i)
+    keeps[i] = g[i].kind == op_kind::leaf ? input && g[i].leaf == 0 : Policy::keeps(g[i]);
+  const node_set<N> required = close_required(g, vjp_reads(g), keeps);
+  node_set<N> out{};
+  for (std::size_t i = 0; i < N; ++i) out[i] = required[i] && keeps[i];
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Values.
+
+template <class N, class Leaves>
+struct value_of;
+template <std::size_t I, class Leaves>
+struct value_of<node<arg_op<I>>, Leaves> {
+  using type = std::remove_cvref_t<std::tuple_element_t<I, Leaves>>;
+};
+template <class Op, class... A, class Leaves>
+struct value_of<node<Op, A...>, Leaves> {
+  using type =
+      std::remove_cvref_t<decltype(rule<Op>::eval(std::declval<const typename value_of<A, Leaves>::type&>()...))>;
+};
+template <class N, class Leaves>
+using value_t = typename value_of<N, Leaves>::type;
+
+/// A node's value during a pass: owned, or a reference to a leaf or to a
+/// kept residual.
+template <class V>
+struct slot {
+  std::optional<V> own;
+  const V* ref = nullptr;
+  bool has() const { return ref != nullptr || own.has_value(); }
+  const V& get() const { return ref ? *ref : *own; }
+};
+
+template <class Nodes, class Leaves>
+struct values;
+template <class... N, class Leaves>
+struct values<list<N...>, Leaves> {
+  std::tuple<slot<value_t<N, Leaves>>...> slots;
+  std::array<shape_rec, sizeof...(N)> shapes{};
+};
+
+/// What a forward kept: a slot per node (the policy fills some) and every
+/// node's shape. One type for every policy.
+template <class Nodes, class Decl>
+struct residual_store;
+template <class... N, class Decl>
+struct residual_store<list<N...>, Decl> {
+  std::tuple<std::optional<value_t<N, Decl>>...> kept;
+  std::array<shape_rec, sizeof...(N)> shapes{};
+
+  /// Bytes of the tensors held (this device's blocks for sharded values).
+  std::size_t bytes() const {
+    std::size_t b = 0;
+    auto add = [&](const auto& o) {
+      if (!o) return;
+      using V = std::remove_cvref_t<decltype(*o)>;
+      if constexpr (Sharded<V>)
+        b += o->local().size() * sizeof(typename V::value_type);
+      else
+        b += o->size() * sizeof(typename V::value_type);
+    };
+    std::apply([&](const auto&... o) { (add(o), ...); }, kept);
+    return b;
+  }
+  /// How many nodes' values are held.
+  std::size_t count() const {
+    return std::apply([](const auto&... o) { return (std::size_t{o.has_value()} + ... + 0); }, kept);
+  }
+};
+
+/// c as a CT: a sharded value whose spec differs from CT's only by mesh
+/// axes of size 1 (the einsum planner drops them) has the same blocks.
+template <class CT, class C>
+CT as_type(C&& c) {
+  using D = std::remove_cvref_t<C>;
+  if constexpr (std::is_same_v<D, CT> || !Sharded<CT>) {
+    return CT(std::forward<C>(c));
+  } else {
+    static_assert(
+        D::rank == CT::rank && D::partial_axes == CT::partial_axes &&
+            [] {
+              for (std::size_t d = 0; d < D::rank; ++d)
+                if (!detail::same_blocks<D, CT>(d, d)) return false;
+              return true;
+            }(),
+        "xshard::graph: two values of one node have different layouts (constrain one of them)");
+    auto block = c.local();
+    return CT(c.device(), c.global_shape(), std::move(block));
+  }
+}
+
+template <class CT, class C>
+void accumulate(std::optional<CT>& ct, C&& c) {
+  if (!ct) {
+    ct.emplace(as_type<CT>(std::forward<C>(c)));
+  } else if constexpr (Sharded<CT>) {
+    static_assert(detail::rank_v<CT> == detail::rank_v<C>);
+    ct->local() += c.local();
+  } else {
+    *ct += c;
+  }
+}
+
+/// A zero gradient shaped like `v` (a leaf no path reaches).
+template <class CT, class V>
+CT zeros_like(const V& v) {
+  CT z(v);
+  if constexpr (Sharded<CT>)
+    z.local().fill(0);
+  else
+    z.fill(0);
+  return z;
+}
+
+// ---------------------------------------------------------------------------
+// The program of a result node R with leaves of declared types Decl
+// (std::tuple<input, params...>).
+
+template <Node R, class Decl>
+struct program {
+  using nodes = nodes_of<R>;
+  static constexpr std::size_t size = nodes::size;
+  static constexpr const std::array<node_info, size>& g = structure<nodes>::nodes;
+  static constexpr std::size_t leaves = std::tuple_size_v<Decl>;
+  using residuals = residual_store<nodes, Decl>;
+  template <std::size_t I>
+  using node_t = at_t<I, nodes>;
+  template <std::size_t I>
+  using op_t = typename node_t<I>::op;
+  using output = value_t<R, Decl>;
+
+  static_assert(
+      [] {
+        for (const node_info& n : g)
+          if (n.kind == op_kind::leaf && n.leaf >= std::tuple_size_v<Decl>) return false;
+        return true;
+      }(),
+      "xshard::graph: a leaf index beyond the layer's input and parameters");
+
+  /// Operand k of node i may be moved from: not a leaf, not kept, used
+  /// once by i and by no later node.
+  template <class Policy>
+  static constexpr auto movable = [] {
+    const node_set<size> kept = kept_nodes<Policy>(g);
+    std::array<std::size_t, size> last{};
+    for (std::size_t i = 0; i < size; ++i)
+      for (std::size_t k = 0; k < g[i].arity; ++k) last[g[i].operands[k]] = i;
+    std::array<std::array<bool, max_arity>, size> m{};
+    for (std::size_t i = 0; i < size; ++i)
+      for (std::size_t k = 0; k < g[i].arity; ++k) {
+        const std::size_t j = g[i].operands[k];
+        std::size_t uses = 0;
+        for (std::size_t q = 0; q < g[i].arity; ++q) uses += g[i].operands[q] == j;
+        m[i][k] = g[j].kind != op_kind::leaf && !kept[j] && last[j] == i && uses == 1;
+      }
+    return m;
+  }();
+
+  template <class Leaves>
+  using values_t = values<nodes, Leaves>;
+
+  template <std::size_t I, std::size_t K, bool Move, class V>
+  static decltype(auto) operand(V& v) {
+    constexpr std::size_t j = g[I].operands[K];
+    if constexpr (Move)
+      return std::move(*std::get<j>(v.slots).own);
+    else
+      return std::get<j>(v.slots).get();
+  }
+
+  /// Evaluates node I into v (its operands are there). Policy decides
+  /// which operands it may consume (void: none).
+  template <std::size_t I, class Policy, class V>
+  static void compute(V& v) {
+    auto& out = std::get<I>(v.slots);
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      if constexpr (std::is_void_v<Policy>)
+        out.own.emplace(rule<op_t<I>>::eval(operand<I, K, false>(v)...));
+      else
+        out.own.emplace(rule<op_t<I>>::eval(operand<I, K, movable<Policy>[I][K]>(v)...));
+    }
+    (std::make_index_sequence<g[I].arity>{});
+    v.shapes[I] = shape_of(out.get());
+  }
+
+  template <class Leaves, class... L>
+  static void bind_leaves(values_t<Leaves>& v, const std::tuple<const L*...>& leaf) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (
+          [&] {
+            if constexpr (g[I].kind == op_kind::leaf && g[I].leaf != 0) {
+              std::get<I>(v.slots).ref = std::get<g[I].leaf>(leaf);
+              v.shapes[I] = shape_of(std::get<I>(v.slots).get());
+            }
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<size>{});
+  }
+
+  /// The forward under Policy: the result, and the residuals it keeps.
+  template <class Policy, class X, class... P>
+  static std::pair<output, residuals> forward(const X& x, const P&... p) {
+    using Leaves = std::tuple<X, P...>;
+    constexpr node_set<size> kept = kept_nodes<Policy>(g);
+    values_t<Leaves> v;
+    bind_leaves<Leaves>(v, std::tuple<const X*, const P*...>(std::addressof(x), std::addressof(p)...));
+    residuals r;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (
+          [&] {
+            if constexpr (g[I].kind == op_kind::leaf) {
+              if constexpr (g[I].leaf == 0) {
+                std::get<I>(v.slots).ref = std::addressof(x);
+                v.shapes[I] = shape_of(x);
+              }
+            } else {
+              compute<I, Policy>(v);
+            }
+          }(),
+          ...);
+      (
+          [&] {
+            if constexpr (kept[I]) {
+              if constexpr (g[I].kind == op_kind::leaf || I == size - 1)
+                std::get<I>(r.kept).emplace(as_type<value_t<node_t<I>, Decl>>(std::get<I>(v.slots).get()));
+              else
+                std::get<I>(r.kept).emplace(as_type<value_t<node_t<I>, Decl>>(std::move(*std::get<I>(v.slots).own)));
+            }
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<size>{});
+    r.shapes = v.shapes;
+    auto& root = std::get<size - 1>(v.slots);
+    if constexpr (g[size - 1].kind == op_kind::leaf)
+      return {output(root.get()), std::move(r)};
+    else
+      return {output(std::move(*root.own)), std::move(r)};
+  }
+
+  /// The result alone (nothing kept).
+  template <class X, class... P>
+  static output evaluate(const X& x, const P&... p) {
+    return forward<policy::nothing>(x, p...).first;
+  }
+
+  template <std::size_t I, class Leaves>
+  using ct_t = value_t<node_t<I>, Decl>;
+
+  /// The reverse pass: the gradients of the input and of every parameter,
+  /// from the residuals r of a forward under any policy (what it did not
+  /// keep is recomputed first) and the result's gradient gy.
+  template <class G, class... P>
+  static auto backward(const residuals& r, const G& gy, const P&... p) {
+    using X = std::tuple_element_t<0, Decl>;
+    using Leaves = std::tuple<X, P...>;
+    values_t<Leaves> v;
+    v.shapes = r.shapes;
+    bind_leaves<Leaves>(v, std::tuple<const X*, const P*...>(nullptr, std::addressof(p)...));
+    node_set<size> present{};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (
+          [&] {
+            if constexpr (g[I].kind != op_kind::leaf || g[I].leaf == 0)
+              if (std::get<I>(r.kept)) std::get<I>(v.slots).ref = std::addressof(*std::get<I>(r.kept));
+            present[I] = std::get<I>(v.slots).has();
+          }(),
+          ...);
+      const node_set<size> required = close_required(g, vjp_reads(g), present);
+      (
+          [&] {
+            if (!required[I] || present[I]) return;
+            if constexpr (g[I].kind == op_kind::leaf)
+              throw error("xshard::graph: the backward needs the layer's input, which the residuals do not hold");
+            else
+              compute<I, void>(v);
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<size>{});
+    // Cotangents, the result's first, then each node's in reverse order.
+    auto ct = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple<std::optional<ct_t<I, Leaves>>...>{};
+    }
+    (std::make_index_sequence<size>{});
+    std::get<size - 1>(ct).emplace(gy);
+    [&]<std::size_t... J>(std::index_sequence<J...>) { (pullback<size - 1 - J>(v, ct), ...); }
+    (std::make_index_sequence<size>{});
+    return ct;
+  }
+
+  template <std::size_t I, class V, class CT>
+  static void pullback(const V& v, CT& ct) {
+    if constexpr (g[I].kind != op_kind::leaf) {
+      auto& gi = std::get<I>(ct);
+      if (!gi) return;
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        using Y = std::remove_cvref_t<decltype(std::get<I>(v.slots).get())>;
+        vjp_context<Y, std::remove_cvref_t<decltype(std::get<g[I].operands[K]>(v.slots).get())>...> c;
+        if (std::get<I>(v.slots).has()) c.y = std::addressof(std::get<I>(v.slots).get());
+        ((c.a_shapes[K] = v.shapes[g[I].operands[K]]), ...);
+        c.y_shape = v.shapes[I];
+        ((std::get<K>(c.a) = std::get<g[I].operands[K]>(v.slots).has()
+                                 ? std::addressof(std::get<g[I].operands[K]>(v.slots).get())
+                                 : nullptr),
+         ...);
+        // Operands last to first; the first gets the cotangent itself.
+        (contribute<I, g[I].arity - 1 - K>(ct, c, *gi), ...);
+      }
+      (std::make_index_sequence<g[I].arity>{});
+      gi.reset();  // done with it
+    }
+  }
+
+  template <std::size_t I, std::size_t K, class CT, class C, class G>
+  static void contribute(CT& ct, const C& c, G& gi) {
+    auto& to = std::get<g[I].operands[K]>(ct);
+    if constexpr (K == 0)
+      accumulate(to, rule<op_t<I>>::template vjp<K>(std::move(gi), c));
+    else
+      accumulate(to, rule<op_t<I>>::template vjp<K>(std::as_const(gi), c));
+  }
+
+  /// The leaf gradients of a backward's cotangents: the input's and the
+  /// parameters', zeros where the result does not depend on a leaf.
+  template <std::size_t Leaf, class CT, class Like>
+  static auto leaf_gradient(CT& ct, const Like& like) {
+    using D = std::remove_cvref_t<std::tuple_element_t<Leaf, Decl>>;
+    constexpr std::size_t i = [] {
+      for (std::size_t j = 0; j < size; ++j)
+        if (g[j].kind == op_kind::leaf && g[j].leaf == Leaf) return j;
+      return no_node;
+    }();
+    if constexpr (i == no_node) {
+      return zeros_like<D>(like);
+    } else {
+      auto& o = std::get<i>(ct);
+      if (!o) return zeros_like<D>(like);
+      return D(std::move(*o));
+    }
+  }
+
+  // ---- collectives (sharded values), from the plans of each op
+
+  template <std::size_t I>
+  static consteval std::size_t forward_collectives_of() {
+    if constexpr (g[I].kind == op_kind::leaf)
+      return 0;
+    else
+      return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return rule<op_t<I>>::template forward_collectives<value_t<node_t<I>, Decl>,
+                                                           value_t<node_t<g[I].operands[K]>, Decl>...>();
+      }
+    (std::make_index_sequence<g[I].arity>{});
+  }
+  template <std::size_t I>
+  static consteval std::size_t backward_collectives_of() {
+    if constexpr (g[I].kind == op_kind::leaf)
+      return 0;
+    else
+      return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return rule<op_t<I>>::template backward_collectives<value_t<node_t<I>, Decl>,
+                                                            value_t<node_t<g[I].operands[K]>, Decl>...>();
+      }
+    (std::make_index_sequence<g[I].arity>{});
+  }
+  /// Collectives per forward and per backward on every device.
+  static consteval std::size_t forward_collectives() {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return (forward_collectives_of<I>() + ... + 0); }
+    (std::make_index_sequence<size>{});
+  }
+  static consteval std::size_t backward_collectives() {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return (backward_collectives_of<I>() + ... + 0); }
+    (std::make_index_sequence<size>{});
+  }
+};
+
+// ---------------------------------------------------------------------------
+// The layer protocol.
+
+namespace detail {
+template <class Def, std::size_t... I>
+auto result_node(std::index_sequence<I...>) {
+  return Def::forward(arg<0>{}, arg<I + 1>{}...);
+}
+template <class Def>
+using result_node_t = decltype(result_node<Def>(std::make_index_sequence<std::tuple_size_v<typename Def::params>>{}));
+template <class Def>
+using decl_t =
+    decltype(std::tuple_cat(std::declval<std::tuple<typename Def::input>>(), std::declval<typename Def::params>()));
+template <class Def>
+struct output_of {
+  using type = typename Def::input;
+};
+template <class Def>
+requires requires { typename Def::output; }
+struct output_of<Def> {
+  using type = typename Def::output;
+};
+}  // namespace detail
+
+/// A layer (nn/layer.hpp) whose forward is Def::forward over symbolic
+/// tensors: forward, vjp, the dots_saveable pair (forward_saving_dots /
+/// restore) for scan_layers, forward_with<Policy> for any graph policy, and
+/// the plans' collective counts.
+template <class Def>
+struct layer {
+  using params = typename Def::params;
+  using input = typename Def::input;
+  using output = typename detail::output_of<Def>::type;
+  using graph_type = detail::result_node_t<Def>;
+  using program_type = program<graph_type, detail::decl_t<Def>>;
+  using residuals = typename program_type::residuals;
+  using dots = residuals;
+  static constexpr auto param_names = Def::param_names;
+  static constexpr std::size_t param_count = std::tuple_size_v<params>;
+
+  /// The forward under a graph remat policy.
+  template <class Policy, class P = params>
+  static std::pair<output, residuals> forward_with(const P& p, const input& x) {
+    return std::apply([&](const auto&... q) { return program_type::template forward<Policy>(x, q...); }, p);
+  }
+  template <class P = params>
+  std::pair<output, residuals> forward(const P& p, const input& x) const {
+    return forward_with<policy::save_all>(p, x);
+  }
+  template <class P = params>
+  std::pair<params, input> vjp(const P& p, const residuals& r, const output& gy) const {
+    return std::apply(
+        [&](const auto&... q) {
+          auto ct = program_type::backward(r, gy, q...);
+          return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            params grads{program_type::template leaf_gradient<I + 1>(ct, std::get<I>(p))...};
+            return std::pair<params, input>{std::move(grads), input_gradient(ct, r)};
+          }
+          (std::make_index_sequence<param_count>{});
+        },
+        p);
+  }
+  template <class P = params>
+  std::pair<output, dots> forward_saving_dots(const P& p, const input& x) const {
+    return forward_with<policy::dots_saveable>(p, x);
+  }
+  /// The residuals from what dots_saveable kept; vjp recomputes the rest.
+  template <class P = params>
+  residuals restore(const P&, const input&, const dots& d) const {
+    return d;
+  }
+
+  static consteval std::size_t forward_collectives() { return program_type::forward_collectives(); }
+  static consteval std::size_t backward_collectives() { return program_type::backward_collectives(); }
+
+ private:
+  template <class CT>
+  static input input_gradient(CT& ct, const residuals& r) {
+    constexpr std::size_t i = [] {
+      for (std::size_t j = 0; j < program_type::size; ++j)
+        if (program_type::g[j].kind == op_kind::leaf && program_type::g[j].leaf == 0) return j;
+      return no_node;
+    }();
+    static_assert(i != no_node, "xshard::graph: the layer's result does not depend on its input");
+    auto& o = std::get<i>(ct);
+    if (o) return input(std::move(*o));
+    if (!std::get<i>(r.kept)) throw error("xshard::graph: no gradient reaches the input and its shape was not kept");
+    return zeros_like<input>(*std::get<i>(r.kept));
+  }
+};
+
+}  // namespace xshard::graph

@@ -1,0 +1,479 @@
+// xshard/graph/ops.hpp - what each graph op does on values: its evaluation,
+// its vjp (the contribution to one operand's gradient), and, on sharded
+// values, the collectives both run (compile-time counts from the existing
+// plans). One rule per op, for plain xtensor values and for sharded<...>
+// values inside an SPMD body; the graph (graph.hpp) calls them in order.
+//
+//   rule<Op>::eval(a...)                  the op's value (operands may be
+//                                         rvalues: their buffers are reused)
+//   rule<Op>::vjp<K>(g, c)                operand K's gradient contribution
+//                                         (g is an rvalue for the last
+//                                         operand asked, K = 0: reusable);
+//                                         c holds the output and operand
+//                                         values the op declared it needs
+//                                         (graph::needs_*) and every shape
+//   rule<Op>::forward_collectives<Y, A...>(), backward_collectives<...>()
+//
+// Broadcasting (+, -, *) follows numpy's trailing-dim rule on plain values;
+// on sharded values both operands have one layout, or the second is a
+// rank-1 tensor added along the first's last dim (a bias) laid out like it.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <xtensor/xtensor.hpp>
+
+#include "../core/error.hpp"
+#include "../core/tensor_traits.hpp"
+#include "../einsum/einsum.hpp"
+#include "../einsum/grad.hpp"
+#include "../nn/gelu.hpp"
+#include "../nn/softmax.hpp"
+#include "../spmd/einsum.hpp"
+#include "../spmd/sharded.hpp"
+#include "node.hpp"
+
+namespace xshard::graph {
+
+/// A value's shape, kept for every node so a vjp that needs only an
+/// operand's shape (a broadcast sum) does not keep the operand.
+struct shape_rec {
+  std::array<std::size_t, 8> extents{};
+  std::size_t rank = 0;
+  friend bool operator==(const shape_rec&, const shape_rec&) = default;
+};
+
+template <class V>
+shape_rec shape_of(const V& v) {
+  shape_rec s;
+  if constexpr (Sharded<V>) {
+    const auto& sh = v.local().shape();
+    s.rank = sh.size();
+    std::copy(sh.begin(), sh.end(), s.extents.begin());
+  } else {
+    const auto& sh = v.shape();
+    s.rank = sh.size();
+    std::copy(sh.begin(), sh.end(), s.extents.begin());
+  }
+  return s;
+}
+
+/// What a vjp sees: the output (if kept), the operands (if kept) and all
+/// their shapes.
+template <class Y, class... A>
+struct vjp_context {
+  const Y* y = nullptr;
+  std::tuple<const A*...> a;
+  shape_rec y_shape;
+  std::array<shape_rec, sizeof...(A)> a_shapes;
+  template <std::size_t K>
+  const auto& operand() const {
+    return *std::get<K>(a);
+  }
+};
+
+namespace detail {
+
+template <class V>
+using element_t = typename std::remove_cvref_t<V>::value_type;
+template <class V>
+inline constexpr std::size_t rank_v = [] {
+  if constexpr (Sharded<V>)
+    return std::remove_cvref_t<V>::rank;
+  else
+    return static_cast<std::size_t>(tensor_rank_v<std::remove_cvref_t<V>>);
+}();
+
+template <class V>
+using plain_t = xt::xtensor<element_t<V>, rank_v<V>>;
+
+/// g (numpy-broadcast from shape s) summed back to shape s, as a tensor of
+/// rank R.
+template <std::size_t R, class G>
+xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
+  using T = element_t<G>;
+  const std::size_t gr = g.dimension();
+  bool same = gr == R;
+  for (std::size_t d = 0; same && d < R; ++d) same = g.shape()[d] == s.extents[d];
+  if (same) {
+    if constexpr (!std::is_lvalue_reference_v<G> && std::is_same_v<std::remove_cvref_t<G>, xt::xtensor<T, R>>)
+      return std::move(g);  // the gradient passes through
+    else
+      return xt::xtensor<T, R>(g);
+  }
+  // Each element of g adds into the element of s it was broadcast from:
+  // leading dims of g and the size-1 dims of s are summed.
+  std::array<std::size_t, R> shape{};
+  std::copy_n(s.extents.begin(), R, shape.begin());
+  xt::xtensor<T, R> out = xt::zeros<T>(shape);
+  std::vector<std::size_t> step(gr, 0);  // out's stride along each dim of g
+  for (std::size_t d = 0, st = 1; d < R; ++d) {
+    const std::size_t od = R - 1 - d;
+    if (s.extents[od] != 1) step[gr - 1 - d] = st;
+    st *= s.extents[od];
+  }
+  const auto gc = xt::eval(g);
+  std::vector<std::size_t> idx(gr, 0);
+  std::size_t at = 0;
+  for (const T& v : gc) {
+    out.data()[at] += v;
+    for (std::size_t d = gr; d-- > 0;) {  // the next index of g, row-major
+      at += step[d];
+      if (++idx[d] < g.shape()[d]) break;
+      at -= step[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+/// out[i, j] = a[i, j] op b[j] for rows x n contiguous values (out may be a).
+template <binary B, class T, class V>
+void bias_rows(T* out, const T* a, const V& b, std::size_t rows, std::size_t n) {
+  const auto run = [&](const T* bp) {
+    for (std::size_t i = 0; i < rows; ++i, out += n, a += n)
+      for (std::size_t j = 0; j < n; ++j) {
+        if constexpr (B == binary::add)
+          out[j] = a[j] + bp[j];
+        else if constexpr (B == binary::sub)
+          out[j] = a[j] - bp[j];
+        else
+          out[j] = a[j] * bp[j];
+      }
+  };
+  if constexpr (std::is_same_v<V, xt::xtensor<T, 1>>) {
+    run(b.data());
+  } else {
+    const xt::xtensor<T, 1> contiguous(b);
+    run(contiguous.data());
+  }
+}
+
+template <class A, class B>
+constexpr bool is_bias_of() {
+  if constexpr (Sharded<A> && Sharded<B>)
+    return std::remove_cvref_t<B>::rank == 1 && std::remove_cvref_t<A>::rank > 1;
+  else
+    return false;
+}
+
+/// Dim da of A and dim db of B are split into the same blocks: the same
+/// mesh axes, size-1 axes aside.
+template <class A, class B>
+constexpr bool same_blocks(std::size_t da, std::size_t db) {
+  using DA = std::remove_cvref_t<A>;
+  auto strip = [](const axis_list& l) {
+    axis_list r;
+    for (const mesh_axis_t ax : l)
+      if (DA::mesh_shape[static_cast<std::size_t>(ax)] != 1) r.push_back(ax);
+    return r;
+  };
+  return strip(DA::resolved.dims[da]) == strip(std::remove_cvref_t<B>::resolved.dims[db]);
+}
+
+template <class A, class B>
+constexpr void check_sharded_binary() {
+  if constexpr (Sharded<A> || Sharded<B>) {
+    using DA = std::remove_cvref_t<A>;
+    using DB = std::remove_cvref_t<B>;
+    static_assert(Sharded<A> && Sharded<B>, "xshard::graph: a sharded tensor combined with a plain one");
+    if constexpr (Sharded<A> && Sharded<B>) {
+      static_assert(std::is_same_v<typename DA::mesh_type, typename DB::mesh_type>,
+                    "xshard::graph: operands on different meshes");
+      if constexpr (DB::rank == 1 && DA::rank > 1)
+        static_assert(same_blocks<DA, DB>(DA::rank - 1, 0),
+                      "xshard::graph: a rank-1 operand must be sharded like the last dim it is added to");
+      else
+        static_assert(DA::rank == DB::rank && DA::resolved == DB::resolved,
+                      "xshard::graph: elementwise operands need the same layout (constrain one first)");
+    }
+  }
+}
+
+}  // namespace detail
+
+template <class Op>
+struct rule;
+
+template <fixed_string Eq>
+struct rule<einsum_op<Eq>> {
+  template <class... A>
+  static auto eval(const A&... a) {
+    return ::xshard::einsum<Eq>(a...);
+  }
+  template <std::size_t K, class G, class Y, class... A>
+  static auto vjp(G&& g, const vjp_context<Y, A...>& c) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return ::xshard::einsum_vjp<Eq, K>(g, c.template operand<I>()...);
+    }
+    (std::index_sequence_for<A...>{});
+  }
+  template <class Y, class... A>
+  static consteval std::size_t forward_collectives() {
+    if constexpr ((Sharded<A> && ...))
+      return einsum_plan_of<Eq, A...>().collective_count();
+    else
+      return 0;
+  }
+  template <class Y, class... A>
+  static consteval std::size_t backward_collectives() {
+    if constexpr ((Sharded<A> && ...)) return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return (einsum_vjp_plan<Eq, K, Y, A...>().collective_count() + ...);
+      }
+    (std::index_sequence_for<A...>{});
+    else return 0;
+  }
+};
+
+template <binary B>
+struct rule<binary_op<B>> {
+  template <class X, class Y>
+  static auto eval(X&& a, Y&& b) {
+    using DA = std::remove_cvref_t<X>;
+    detail::check_sharded_binary<X, Y>();
+    auto f = [](auto&& u, const auto& v) {
+      if constexpr (B == binary::add)
+        return u + v;
+      else if constexpr (B == binary::sub)
+        return u - v;
+      else
+        return u * v;
+    };
+    if constexpr (Sharded<X>) {
+      if constexpr (detail::is_bias_of<X, Y>()) {
+        DA r = std::forward<X>(a);
+        if constexpr (B == binary::add)
+          r.local() += b.local();
+        else if constexpr (B == binary::sub)
+          r.local() -= b.local();
+        else
+          r.local() *= b.local();
+        return r;
+      } else {
+        return local_zip(a, b, f);
+      }
+    } else {
+      using T = detail::element_t<X>;
+      constexpr std::size_t R = std::max(detail::rank_v<X>, detail::rank_v<Y>);
+      if constexpr (detail::rank_v<Y> == 1 && std::is_same_v<DA, xt::xtensor<T, R>>) {
+        // A rank-1 operand along the last dim (a bias): row by row.
+        const std::size_t n = a.shape()[R - 1];
+        if (b.size() == n) {
+          xt::xtensor<T, R> r;
+          if constexpr (std::is_lvalue_reference_v<X>)
+            r = xt::xtensor<T, R>::from_shape(a.shape());
+          else
+            r = std::move(a);
+          detail::bias_rows<B>(r.data(), std::is_lvalue_reference_v<X> ? a.data() : r.data(), b, r.size() / n, n);
+          return r;
+        }
+      }
+      if constexpr (!std::is_lvalue_reference_v<X> && std::is_same_v<DA, xt::xtensor<T, R>>) {
+        // The left operand's buffer, when the result has its shape.
+        bool fits = b.dimension() <= R;
+        for (std::size_t d = 0; fits && d < b.dimension(); ++d) {
+          const std::size_t eb = b.shape()[b.dimension() - 1 - d];
+          fits = eb == 1 || eb == a.shape()[R - 1 - d];
+        }
+        if (fits) {
+          DA r = std::move(a);
+          if constexpr (B == binary::add)
+            r += b;
+          else if constexpr (B == binary::sub)
+            r -= b;
+          else
+            r *= b;
+          return r;
+        }
+      }
+      return xt::xtensor<T, R>(f(a, b));
+    }
+  }
+  template <std::size_t K, class G, class Y, class A0, class A1>
+  static auto vjp(G&& g, const vjp_context<Y, A0, A1>& c) {
+    using A = std::conditional_t<K == 0, A0, A1>;
+    constexpr bool passes = B == binary::add || (B == binary::sub && K == 0);  // the gradient is g itself
+    if constexpr (Sharded<G>) {
+      using D = std::remove_cvref_t<A>;
+      using DG = std::remove_cvref_t<G>;
+      auto scaled = [&] {
+        if constexpr (passes)
+          return DG(std::forward<G>(g));
+        else if constexpr (B == binary::sub)
+          return local_map(g, [](const auto& v) { return -v; });
+        else
+          return local_zip(g, c.template operand<1 - K>(), [](const auto& u, const auto& v) { return u * v; });
+      };
+      if constexpr (detail::is_bias_of<G, A>())
+        return einsum_to<"...m->m", typename D::spec_type>(scaled());
+      else
+        return scaled();
+    } else {
+      constexpr std::size_t R = detail::rank_v<A>;
+      if constexpr (passes)
+        return detail::sum_to<R>(std::forward<G>(g), c.a_shapes[K]);
+      else if constexpr (B == binary::sub)
+        return detail::sum_to<R>(xt::eval(-g), c.a_shapes[K]);
+      else
+        return detail::sum_to<R>(xt::eval(g * c.template operand<1 - K>()), c.a_shapes[K]);
+    }
+  }
+  template <class Y, class A0, class A1>
+  static consteval std::size_t forward_collectives() {
+    return 0;
+  }
+  template <class Y, class A0, class A1>
+  static consteval std::size_t backward_collectives() {
+    if constexpr (detail::is_bias_of<A0, A1>()) {
+      using DY = std::remove_cvref_t<Y>;
+      using D1 = std::remove_cvref_t<A1>;
+      return einsum_plan_to<"...m->m", typename DY::mesh_type, typename D1::spec_type, typename DY::spec_type>()
+          .collective_count();
+    } else {
+      return 0;
+    }
+  }
+};
+
+template <class C>
+struct rule<scale_op<C>> {
+  template <class X>
+  static auto eval(const X& a) {
+    using T = detail::element_t<X>;
+    if constexpr (Sharded<X>)
+      return local_map(a, [](const auto& v) { return v * T(C::value); });
+    else
+      return detail::plain_t<X>(a * T(C::value));
+  }
+  template <std::size_t K, class G, class Y, class A>
+  static auto vjp(G&& g, const vjp_context<Y, A>&) {
+    return eval(g);
+  }
+  template <class...>
+  static consteval std::size_t forward_collectives() {
+    return 0;
+  }
+  template <class...>
+  static consteval std::size_t backward_collectives() {
+    return 0;
+  }
+};
+
+template <gelu_kind K0>
+struct rule<gelu_op<K0>> {
+  static constexpr gelu_approximate approximate =
+      K0 == gelu_kind::none ? gelu_approximate::none : gelu_approximate::tanh;
+  template <class X>
+  static auto eval(const X& a) {
+    if constexpr (Sharded<X>)
+      return local_map(a, [](const auto& v) { return ::xshard::gelu(v, approximate); });
+    else
+      return detail::plain_t<X>(::xshard::gelu(a, approximate));
+  }
+  template <std::size_t K, class G, class Y, class A>
+  static auto vjp(G&& g, const vjp_context<Y, A>& c) {
+    if constexpr (Sharded<G>)
+      return local_zip(g, c.template operand<0>(),
+                       [](const auto& u, const auto& h) { return ::xshard::gelu_backward(u, h, approximate); });
+    else
+      return detail::plain_t<A>(::xshard::gelu_backward(g, c.template operand<0>(), approximate));
+  }
+  template <class...>
+  static consteval std::size_t forward_collectives() {
+    return 0;
+  }
+  template <class...>
+  static consteval std::size_t backward_collectives() {
+    return 0;
+  }
+};
+
+template <int Dim>
+struct rule<softmax_op<Dim>> {
+  template <class X>
+  static constexpr void check_unsharded_dim() {
+    if constexpr (Sharded<X>) {
+      using D = std::remove_cvref_t<X>;
+      constexpr std::size_t d = Dim < 0 ? D::rank + Dim : Dim;
+      static_assert(D::resolved.dims[d].empty(),
+                    "xshard::graph: softmax over a sharded dim: constrain the dim to None first");
+    }
+  }
+  template <class X>
+  static auto eval(const X& a) {
+    check_unsharded_dim<X>();
+    if constexpr (Sharded<X>)
+      return local_map(a, [](const auto& v) { return ::xshard::softmax(v, Dim); });
+    else
+      return detail::plain_t<X>(::xshard::softmax(a, Dim));
+  }
+  template <std::size_t K, class G, class Y, class A>
+  static auto vjp(G&& g, const vjp_context<Y, A>& c) {
+    if constexpr (Sharded<G>)
+      return local_zip(g, *c.y, [](const auto& u, const auto& y) { return ::xshard::softmax_backward(u, y, Dim); });
+    else
+      return detail::plain_t<A>(::xshard::softmax_backward(g, *c.y, Dim));
+  }
+  template <class...>
+  static consteval std::size_t forward_collectives() {
+    return 0;
+  }
+  template <class...>
+  static consteval std::size_t backward_collectives() {
+    return 0;
+  }
+};
+
+template <class S>
+struct rule<constrain_op<S>> {
+  template <class X>
+  static auto eval(X&& a) {
+    if constexpr (Sharded<X>)
+      return ::xshard::constrain<S>(a);
+    else
+      return std::remove_cvref_t<X>(std::forward<X>(a));
+  }
+  template <std::size_t K, class G, class Y, class A>
+  static auto vjp(G&& g, const vjp_context<Y, A>&) {
+    using DG = std::remove_cvref_t<G>;
+    if constexpr (Sharded<G>) {
+      using D = std::remove_cvref_t<A>;
+      if constexpr (DG::resolved == D::resolved)
+        return DG(std::forward<G>(g));
+      else
+        return ::xshard::constrain<typename D::spec_type>(g);
+    } else {
+      return DG(std::forward<G>(g));
+    }
+  }
+  template <class Y, class A>
+  static consteval std::size_t forward_collectives() {
+    if constexpr (Sharded<A>)
+      return redistribute_plan<A, S>().collective_count();
+    else
+      return 0;
+  }
+  template <class Y, class A>
+  static consteval std::size_t backward_collectives() {
+    if constexpr (Sharded<A>) {
+      using D = std::remove_cvref_t<A>;
+      if constexpr (std::remove_cvref_t<Y>::resolved == D::resolved)
+        return 0;
+      else
+        return redistribute_plan<Y, typename D::spec_type>().collective_count();
+    } else {
+      return 0;
+    }
+  }
+};
+
+/// A named value is its op's.
+template <fixed_string Name, class Op>
+struct rule<named_op<Name, Op>> : rule<Op> {};
+
+}  // namespace xshard::graph
