@@ -289,3 +289,119 @@ TEST(GraphSharded, DataModelMlpOn4x1) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- layer_norm, causal mask and a user kernel
+
+/// y = x * w along the last dim: "bsd,d->bsd".
+struct scale_last_dim {
+  template <class X, class W>
+  static auto forward(const X& x, const W& w) {
+    return x * w;
+  }
+  template <std::size_t K, class G, class Y, class X, class W>
+  static auto vjp(const G& g, const Y&, const X& x, const W& w) {
+    if constexpr (K == 0)
+      return xt::xtensor<typename X::value_type, 3>(g * w);
+    else
+      return xt::xtensor<typename X::value_type, 1>(xt::sum(g * x, {0, 1}));
+  }
+};
+
+struct attention_like_def {
+  using T = double;
+  using input = xt::xtensor<T, 3>;  // [b, s, d]
+  using params = std::tuple<xt::xtensor<T, 1>, xt::xtensor<T, 2>>;
+  static constexpr std::array<std::string_view, 2> param_names{"gain", "w"};
+  template <class X, class Gain, class W>
+  static auto forward(X x, Gain gain, W w) {
+    auto n = g::custom<"scale_last_dim", "bsd,d->bsd", scale_last_dim>(g::layer_norm(x), gain);
+    auto scores = g::causal_mask<-2, -1>(g::einsum<"bsd,btd->bst">(n, n));  // [b, s, s]
+    auto p = g::softmax<-1>(scores);
+    return g::einsum<"bst,btd->bsd">(p, g::einsum<"bsd,ed->bse">(n, w));
+  }
+};
+using attention_like = g::layer<attention_like_def>;
+
+TEST(Graph, LayerNormCausalMaskAndAUserKernelMatchFiniteDifferences) {
+  xt::random::seed(8);
+  attention_like::params p{randn<double, 1>({4}), randn<double, 2>({4, 4})};
+  xt::xtensor<double, 3> x = randn<double, 3>({2, 3, 4});
+  const xt::xtensor<double, 3> c = randn<double, 3>({2, 3, 4});
+  attention_like l;
+  auto [y, r] = l.forward(p, x);
+  // The mask: query 0 sees key 0 only, so y[:, 0] is V's row 0.
+  const auto v = xshard::einsum<"bsd,ed->bse">(xt::xtensor<double, 3>(xshard::layer_norm(x).output * std::get<0>(p)),
+                                               std::get<1>(p));
+  EXPECT_LT(max_diff(xt::view(y, xt::all(), 0, xt::all()), xt::view(v, xt::all(), 0, xt::all())), 1e-12);
+  auto [gp, gx] = l.vjp(p, r, c);
+  auto value = [&] { return xt::sum(attention_like::program_type::evaluate(x, std::get<0>(p), std::get<1>(p)) * c)(); };
+  auto check = [&](auto& t, const auto& grad, const char* what) {
+    SCOPED_TRACE(what);
+    double worst = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const double keep = t.data()[i], h = 1e-6;
+      t.data()[i] = keep + h;
+      const double up = value();
+      t.data()[i] = keep - h;
+      const double down = value();
+      t.data()[i] = keep;
+      const double fd = (up - down) / (2 * h);
+      worst = std::max(worst, std::abs(fd - grad.data()[i]) / std::max(1.0, std::abs(fd)));
+    }
+    EXPECT_LT(worst, 1e-6);
+  };
+  check(x, gx, "x");
+  check(std::get<0>(p), std::get<0>(gp), "gain");
+  check(std::get<1>(p), std::get<1>(gp), "w");
+}
+
+struct custom_plain_def {
+  using input = xt::xtensor<double, 3>;
+  using params = std::tuple<xt::xtensor<double, 1>>;
+  static constexpr std::array<std::string_view, 1> param_names{"gain"};
+  template <class X, class Gain>
+  static auto forward(X x, Gain gain) {
+    return g::custom<"scale_last_dim", "bsd,d->bsd", scale_last_dim>(g::layer_norm(x), gain);
+  }
+};
+
+// The user kernel on sharded values: the batch split over data, the gain's
+// gradient a partial sum all-reduced over data (one collective, planned).
+struct custom_sharded_def {
+  using M = xshard::mesh<"data=2, model=2">;
+  using input = xshard::sharded<double, 3, M, xshard::spec<"data, None, None">>;
+  using params = std::tuple<xshard::sharded<double, 1, M, xshard::spec<"None">>>;
+  static constexpr std::array<std::string_view, 1> param_names{"gain"};
+  template <class X, class Gain>
+  static auto forward(X x, Gain gain) {
+    return g::custom<"scale_last_dim", "bsd,d->bsd", scale_last_dim>(g::layer_norm(x), gain);
+  }
+};
+
+TEST(GraphSharded, UserKernelRunsOnBlocksByItsSignaturesRule) {
+  using L = g::layer<custom_sharded_def>;
+  static_assert(L::forward_collectives() == 0 && L::backward_collectives() == 1);
+  xt::random::seed(9);
+  const xt::xtensor<double, 3> x = randn<double, 3>({6, 2, 4}), gy = randn<double, 3>({6, 2, 4});
+  const xt::xtensor<double, 1> gain = randn<double, 1>({4});
+  // One device: the same graph on plain values.
+  using P = g::layer<custom_plain_def>;
+  const auto run1 = P{}.forward(std::tuple{gain}, x);
+  const auto grads1 = P{}.vjp(std::tuple{gain}, run1.second, gy);
+  xshard::thread_mesh<custom_sharded_def::M> mesh;
+  mesh.run([&](auto& dev) {
+    const L::params p{xshard::distribute<xshard::spec<"None">>(dev, gain)};
+    const auto xs = xshard::distribute<xshard::spec<"data, None, None">>(dev, x);
+    dev.reset_counters();
+    const auto fwd = L{}.forward(p, xs);
+    const auto grads = L{}.vjp(p, fwd.second, xshard::distribute<xshard::spec<"data, None, None">>(dev, gy));
+    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives());
+    EXPECT_LT(max_diff(xshard::gather(fwd.first), run1.first), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(grads.second), grads1.second), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(std::get<0>(grads.first)), std::get<0>(grads1.first)), 1e-12);
+  });
+}
+
+}  // namespace

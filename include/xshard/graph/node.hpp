@@ -50,7 +50,7 @@ concept Node = is_node_v<std::remove_cvref_t<T>>;
 // remat policies keep or recompute exactly those values.
 
 /// What the graph's machinery needs to know of an op kind.
-enum class op_kind : std::uint8_t { leaf, einsum, elementwise, composite, constrain };
+enum class op_kind : std::uint8_t { leaf, einsum, elementwise, composite, constrain, custom };
 
 // ---------------------------------------------------------------------------
 // Ops (the tags; their evaluation and vjp are in graph/ops.hpp).
@@ -104,6 +104,32 @@ struct softmax_op {
   static constexpr bool needs_operands = false;
   static constexpr bool needs_output = true;
 };
+/// layer_norm over the last dim (no weight or bias: multiply and add them
+/// as nodes), eps = Eps::value.
+template <class Eps>
+struct layer_norm_op {
+  static constexpr op_kind kind = op_kind::composite;
+  static constexpr bool needs_operands = true;
+  static constexpr bool needs_output = false;
+};
+/// A causal mask: where(k <= q, x, -inf) along dims QDim (queries) and
+/// KDim (keys) of x (negative dims count from the end).
+template <int QDim, int KDim>
+struct causal_mask_op {
+  static constexpr op_kind kind = op_kind::elementwise;
+  static constexpr bool needs_operands = false;
+  static constexpr bool needs_output = false;
+};
+/// A user kernel (JAX's custom_partitioning at compile time): its name,
+/// an einsum-like signature ("bsd,d->bsd") that gives its shape rule and
+/// its sharding rule, and Kernel's forward and vjp (graph/ops.hpp).
+template <fixed_string Name, fixed_string Signature, class Kernel>
+struct custom_op {
+  static constexpr op_kind kind = op_kind::custom;
+  static constexpr bool needs_operands = true;
+  static constexpr bool needs_output = true;
+  static constexpr std::string_view op_name = Name.view();
+};
 /// Redistribution to spec S (torch_xla's mark_sharding inside a graph);
 /// the identity on plain tensors.
 template <class S>
@@ -152,6 +178,18 @@ constexpr node<gelu_op<K>, A> gelu(A) {
 }
 template <int Dim = -1, Node A>
 constexpr node<softmax_op<Dim>, A> softmax(A) {
+  return {};
+}
+template <class Eps = ratio<1, 100000>, Node A>
+constexpr node<layer_norm_op<Eps>, A> layer_norm(A) {
+  return {};
+}
+template <int QDim = -2, int KDim = -1, Node A>
+constexpr node<causal_mask_op<QDim, KDim>, A> causal_mask(A) {
+  return {};
+}
+template <fixed_string Name, fixed_string Signature, class Kernel, Node... A>
+constexpr node<custom_op<Name, Signature, Kernel>, std::remove_cvref_t<A>...> custom(A...) {
   return {};
 }
 template <class S, Node A>

@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <limits>
+#include <span>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -33,6 +35,7 @@
 #include "../einsum/einsum.hpp"
 #include "../einsum/grad.hpp"
 #include "../nn/gelu.hpp"
+#include "../nn/layer_norm.hpp"
 #include "../nn/softmax.hpp"
 #include "../spmd/einsum.hpp"
 #include "../spmd/sharded.hpp"
@@ -426,6 +429,243 @@ struct rule<softmax_op<Dim>> {
   template <class...>
   static consteval std::size_t backward_collectives() {
     return 0;
+  }
+};
+
+namespace detail {
+
+/// The dim d of a rank-R value counted from the end when negative.
+template <int D, std::size_t R>
+constexpr std::size_t dim_index() {
+  static_assert((D < 0 ? -D <= int(R) : D < int(R)), "xshard::graph: a dim beyond the operand's rank");
+  return D < 0 ? R + D : static_cast<std::size_t>(D);
+}
+
+template <class X, std::size_t... Dims>
+constexpr void require_unsharded_dims(const char*) {
+  if constexpr (Sharded<X>) {
+    using D = std::remove_cvref_t<X>;
+    static_assert(((D::resolved.dims[Dims].empty()) && ...),
+                  "xshard::graph: this op needs the dim unsharded: constrain it to None first");
+  }
+}
+
+/// f(block) on plain values or on this device's block of a sharded value.
+template <class X, class F>
+auto on_blocks(const X& x, F&& f) {
+  if constexpr (Sharded<X>)
+    return local_map(x, f);
+  else
+    return plain_t<X>(f(x));
+}
+template <class X, class Y, class F>
+auto on_blocks(const X& x, const Y& y, F&& f) {
+  if constexpr (Sharded<X>)
+    return local_zip(x, y, f);
+  else
+    return plain_t<Y>(f(x, y));
+}
+
+/// Calls f(q, k, flat) for every element of a contiguous row-major block
+/// of shape `shape`, q and k its indices along dims qd and kd.
+template <class S, class F>
+void for_each_qk(const S& shape, std::size_t qd, std::size_t kd, F&& f) {
+  std::size_t size = 1, sq = 1, sk = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    if (d == qd) sq = size;
+    if (d == kd) sk = size;
+    size *= shape[d];
+  }
+  for (std::size_t i = 0; i < size; ++i) f((i / sq) % shape[qd], (i / sk) % shape[kd], i);
+}
+
+}  // namespace detail
+
+template <class Eps>
+struct rule<layer_norm_op<Eps>> {
+  template <class X>
+  static auto eval(const X& a) {
+    detail::require_unsharded_dims<X, detail::rank_v<X> - 1>("layer_norm");
+    return detail::on_blocks(a, [](const auto& v) { return ::xshard::layer_norm(v, Eps::value).output; });
+  }
+  /// The statistics are recomputed from x (one pass) rather than kept.
+  template <std::size_t K, class G, class Y, class A>
+  static auto vjp(G&& g, const vjp_context<Y, A>& c) {
+    return detail::on_blocks(g, c.template operand<0>(), [](const auto& u, const auto& x) {
+      const auto stats = ::xshard::layer_norm(x, Eps::value);
+      return ::xshard::layer_norm_backward(u, x, stats.mean, stats.rstd).input;
+    });
+  }
+  template <class...>
+  static consteval std::size_t forward_collectives() {
+    return 0;
+  }
+  template <class...>
+  static consteval std::size_t backward_collectives() {
+    return 0;
+  }
+};
+
+template <int QDim, int KDim>
+struct rule<causal_mask_op<QDim, KDim>> {
+  template <class X>
+  static constexpr std::size_t q = detail::dim_index<QDim, detail::rank_v<X>>();
+  template <class X>
+  static constexpr std::size_t k = detail::dim_index<KDim, detail::rank_v<X>>();
+  /// v with the entries where key > query set to fill.
+  template <class V>
+  static auto masked(const V& v, typename V::value_type fill) {
+    detail::plain_t<V> r(v);
+    detail::for_each_qk(r.shape(), q<V>, k<V>, [&](std::size_t qi, std::size_t ki, std::size_t i) {
+      if (ki > qi) r.data()[i] = fill;
+    });
+    return r;
+  }
+  template <class X>
+  static auto eval(const X& a) {
+    detail::require_unsharded_dims<X, q<X>, k<X>>("causal_mask");
+    using T = detail::element_t<X>;
+    return detail::on_blocks(a, [](const auto& v) { return masked(v, -std::numeric_limits<T>::infinity()); });
+  }
+  template <std::size_t K, class G, class Y, class A>
+  static auto vjp(G&& g, const vjp_context<Y, A>&) {
+    return detail::on_blocks(g, [](const auto& v) { return masked(v, 0); });
+  }
+  template <class...>
+  static consteval std::size_t forward_collectives() {
+    return 0;
+  }
+  template <class...>
+  static consteval std::size_t backward_collectives() {
+    return 0;
+  }
+};
+
+/// A user kernel. Kernel::forward(a...) and Kernel::template vjp<K>(g, y,
+/// a...) take and return plain tensors; on sharded values they run on this
+/// device's blocks, which the signature's sharding rule makes correct: a
+/// label is split the same way in every operand that has it, a label that
+/// is not in the output (summed over by the kernel) is not split, and the
+/// output's dims are split like the operands' dims of the same label. An
+/// operand missing a split output label (a bias "d" beside "bsd") gets a
+/// partial gradient, all-reduced over those mesh axes.
+template <fixed_string Name, fixed_string Sig, class Kernel>
+struct rule<custom_op<Name, Sig, Kernel>> {
+  template <class... A>
+  static constexpr einsum_binding binding = ::xshard::detail::sharded_binding<Sig, detail::rank_v<A>...>();
+
+  /// The output's layout and each operand's partial axes (sharded).
+  template <class... A>
+  struct sharding {
+    using M = typename std::remove_cvref_t<std::tuple_element_t<0, std::tuple<A...>>>::mesh_type;
+    static constexpr einsum_binding b = binding<A...>;
+    static constexpr std::array<resolved_spec, sizeof...(A)> in{std::remove_cvref_t<A>::resolved...};
+    /// The axes of label l in the operands (the first that has it).
+    static constexpr axis_list axes_of(int l) {
+      for (std::size_t i = 0; i < sizeof...(A); ++i)
+        for (std::size_t d = 0; d < b.operand_labels[i].size(); ++d)
+          if (b.operand_labels[i][d] == l) return in[i].dims[d];
+      return {};
+    }
+    static constexpr bool in_output(int l) {
+      for (int o : b.output_labels)
+        if (o == l) return true;
+      return false;
+    }
+    static constexpr bool rule_holds() {
+      for (std::size_t i = 0; i < sizeof...(A); ++i)
+        for (std::size_t d = 0; d < b.operand_labels[i].size(); ++d) {
+          const int l = b.operand_labels[i][d];
+          if (!(in[i].dims[d] == axes_of(l))) return false;           // split alike everywhere
+          if (!in_output(l) && !in[i].dims[d].empty()) return false;  // summed labels unsplit
+        }
+      return true;
+    }
+    static constexpr resolved_spec out = [] {
+      resolved_spec r;
+      for (int l : b.output_labels) r.dims.push_back(axes_of(l));
+      return r;
+    }();
+    /// Mesh axes splitting output labels that operand i does not have.
+    static constexpr axis_set partial(std::size_t i) {
+      axis_set s = 0;
+      for (int l : b.output_labels) {
+        bool has = false;
+        for (int x : b.operand_labels[i]) has = has || x == l;
+        if (!has)
+          for (const mesh_axis_t ax : axes_of(l)) s |= axis_set{1} << ax;
+      }
+      return s;
+    }
+  };
+
+  template <class... A>
+  static auto eval(const A&... a) {
+    constexpr einsum_binding b = binding<A...>;
+    (void)b;
+    if constexpr ((Sharded<A> || ...)) {
+      static_assert((Sharded<A> && ...), "xshard::graph::custom: sharded and plain operands mixed");
+      using S = sharding<A...>;
+      static_assert(S::rule_holds(),
+                    "xshard::graph::custom: the operands' layouts break the signature's sharding rule (a label split "
+                    "differently in two operands, or a summed label split): constrain them first");
+      using D0 = std::remove_cvref_t<std::tuple_element_t<0, std::tuple<A...>>>;
+      using T = typename D0::value_type;
+      constexpr std::size_t R = S::b.output_labels.size();
+      using Out =
+          sharded<T, R, typename S::M, typename ::xshard::detail::spec_of_resolved<typename S::M, S::out>::type>;
+      xt::xtensor<T, R> block(Kernel::forward(a.local()...));
+      std::array<std::int64_t, R> global{};
+      const std::array<std::span<const std::int64_t>, sizeof...(A)> shapes{
+          std::span<const std::int64_t>(a.global_shape())...};
+      for (std::size_t d = 0; d < R; ++d)
+        for (std::size_t i = 0; i < sizeof...(A); ++i)
+          for (std::size_t e = 0; e < S::b.operand_labels[i].size(); ++e)
+            if (S::b.operand_labels[i][e] == S::b.output_labels[d]) global[d] = shapes[i][e];
+      const auto& first = std::get<0>(std::forward_as_tuple(a...));
+      return Out(first.device(), global, std::move(block));
+    } else {
+      using T = detail::element_t<std::tuple_element_t<0, std::tuple<A...>>>;
+      return xt::xtensor<T, binding<A...>.output_labels.size()>(Kernel::forward(a...));
+    }
+  }
+
+  template <std::size_t K, class G, class Y, class... A>
+  static auto vjp(G&& g, const vjp_context<Y, A...>& c) {
+    using AK = std::remove_cvref_t<std::tuple_element_t<K, std::tuple<A...>>>;
+    if constexpr (Sharded<G>) {
+      using S = sharding<A...>;
+      using T = typename AK::value_type;
+      const AK& ak = c.template operand<K>();
+      xt::xtensor<T, AK::rank> block = [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return xt::xtensor<T, AK::rank>(
+            Kernel::template vjp<K>(g.local(), c.y->local(), c.template operand<I>().local()...));
+      }
+      (std::index_sequence_for<A...>{});
+      constexpr axis_set partial = S::partial(K);
+      if constexpr (partial != 0) {
+        const auto& dev = ak.device();
+        dev.all_reduce(dev.device, std::span<T>(block.data(), block.size()), reduce_op::sum, partial);
+      }
+      return AK(ak.device(), ak.global_shape(), std::move(block));
+    } else {
+      return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return detail::plain_t<AK>(Kernel::template vjp<K>(g, *c.y, c.template operand<I>()...));
+      }
+      (std::index_sequence_for<A...>{});
+    }
+  }
+  template <class Y, class... A>
+  static consteval std::size_t forward_collectives() {
+    return 0;
+  }
+  template <class Y, class... A>
+  static consteval std::size_t backward_collectives() {
+    if constexpr ((Sharded<A> && ...)) return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return ((sharding<A...>::partial(K) != 0 ? 1 : 0) + ... + 0);
+      }
+    (std::index_sequence_for<A...>{});
+    else return 0;
   }
 };
 
