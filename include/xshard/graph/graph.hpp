@@ -27,10 +27,12 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 
+#include "../core/diagnostics.hpp"
 #include "../core/error.hpp"
 #include "node.hpp"
 #include "ops.hpp"
@@ -105,6 +107,154 @@ constexpr node_set<N> kept_nodes(const std::array<node_info, N>& g) {
   for (std::size_t i = 0; i < N; ++i) out[i] = required[i] && keeps[i];
   return out;
 }
+
+// ---------------------------------------------------------------------------
+// Checks: every node's operands fit it (ranks; the einsum and custom
+// signatures), found by constexpr functions over the node table before
+// anything is instantiated, and reported naming the node.
+
+/// A compile error's subject: graph_node_error<position, op<...>, name<...>>.
+template <char... C>
+struct graph_op {};
+template <char... C>
+struct node_name {};
+template <std::size_t Position, class Op, class Name>
+struct graph_node_error {
+  static constexpr bool value = false;
+};
+template <std::int64_t Dim, std::int64_t Rank>
+struct graph_dim_out_of_range {
+  static constexpr bool value = false;
+};
+
+enum class node_errc : std::uint8_t { ok, signature, dim_out_of_range };
+
+/// The first node whose operands do not fit it.
+struct node_check {
+  std::size_t node = no_node;
+  node_errc code = node_errc::ok;
+  diagnostic diag{};  // the signature's (einsum, custom)
+  std::int64_t dim = 0, rank = 0;
+  static_string<64> op{};
+  static_string<32> name{};
+  constexpr bool ok() const { return code == node_errc::ok; }
+};
+
+namespace detail {
+
+template <class Op>
+struct signature_of {
+  static constexpr bool has = false;
+};
+template <fixed_string Eq>
+struct signature_of<einsum_op<Eq>> {
+  static constexpr bool has = true;
+  static constexpr checked<einsum_equation> eq = ::xshard::detail::parsed_equation<Eq>;
+};
+template <fixed_string Name, fixed_string Sig, class Kernel>
+struct signature_of<custom_op<Name, Sig, Kernel>> {
+  static constexpr bool has = true;
+  static constexpr checked<einsum_equation> eq = ::xshard::detail::parsed_equation<Sig>;
+};
+template <fixed_string Name, class Op>
+struct signature_of<named_op<Name, Op>> : signature_of<Op> {};
+
+template <class Op>
+struct dims_of {
+  static constexpr std::array<int, 0> dims{};
+};
+template <int D>
+struct dims_of<softmax_op<D>> {
+  static constexpr std::array<int, 1> dims{D};
+};
+template <int Q, int K>
+struct dims_of<causal_mask_op<Q, K>> {
+  static constexpr std::array<int, 2> dims{Q, K};
+};
+template <fixed_string Name, class Op>
+struct dims_of<named_op<Name, Op>> : dims_of<Op> {};
+
+template <class Op>
+struct constrained_spec {
+  using type = void;
+};
+template <class S>
+struct constrained_spec<constrain_op<S>> {
+  using type = S;
+};
+template <fixed_string Name, class Op>
+struct constrained_spec<named_op<Name, Op>> : constrained_spec<Op> {};
+
+/// The mesh of the first sharded type among Ts (void if none).
+template <class... Ts>
+struct mesh_of {
+  using type = void;
+};
+template <class T>
+struct mesh_type_of {
+  using type = typename std::remove_cvref_t<T>::mesh_type;
+};
+template <class T0, class... Ts>
+struct mesh_of<T0, Ts...> {
+  using type = typename std::conditional_t<Sharded<T0>, mesh_type_of<T0>, mesh_of<Ts...>>::type;
+};
+template <class Tuple>
+struct mesh_of_tuple;
+template <class... Ts>
+struct mesh_of_tuple<std::tuple<Ts...>> : mesh_of<Ts...> {};
+
+/// Node I's rank from its operands' (ranks[j] for j < I), or a failure. M:
+/// the mesh of the layer's sharded values (void: plain).
+template <class Op, class M, std::size_t N>
+constexpr node_check rank_of(const node_info& n, std::array<std::int64_t, N>& ranks, std::size_t i) {
+  node_check c;
+  std::array<std::int64_t, max_arity> in{};
+  for (std::size_t k = 0; k < n.arity; ++k) in[k] = ranks[n.operands[k]];
+  using S = typename constrained_spec<Op>::type;
+  if constexpr (!std::is_void_v<S> && !std::is_void_v<M>) {
+    constexpr auto r = ::xshard::detail::resolved_v<M, S>;
+    if (!r.ok()) {
+      c.code = node_errc::signature;
+      c.diag = r.diag;
+      return c;
+    }
+    if (static_cast<std::int64_t>(r.value.rank()) != in[0]) {
+      c.code = node_errc::signature;
+      c.diag.code = errc::spec_rank_mismatch;
+      c.diag.a = static_cast<std::int64_t>(r.value.rank());
+      c.diag.b = in[0];
+      return c;
+    }
+  }
+  if constexpr (signature_of<Op>::has) {
+    constexpr auto eq = signature_of<Op>::eq;
+    if (!eq.ok()) {
+      c.code = node_errc::signature;
+      c.diag = eq.diag;
+      return c;
+    }
+    const auto b = bind_einsum(eq.value, std::span<const std::int64_t>(in.data(), n.arity));
+    if (!b.ok()) {
+      c.code = node_errc::signature;
+      c.diag = b.diag;
+      return c;
+    }
+    ranks[i] = static_cast<std::int64_t>(b.value.output_labels.size());
+  } else if (n.kind == op_kind::elementwise && n.arity == 2) {
+    ranks[i] = std::max(in[0], in[1]);
+  } else {
+    ranks[i] = in[0];
+  }
+  for (const int d : dims_of<Op>::dims)
+    if (d >= ranks[i] || -d > ranks[i]) {
+      c.code = node_errc::dim_out_of_range;
+      c.dim = d;
+      c.rank = ranks[i];
+    }
+  return c;
+}
+
+}  // namespace detail
 
 // ---------------------------------------------------------------------------
 // Values.
@@ -214,6 +364,34 @@ CT zeros_like(const V& v) {
   return z;
 }
 
+/// The compile-time face of a node_check: the node (its position in the
+/// graph, operands first; its op; its name or none), then the signature's
+/// own diagnostic naming the column and character or operand.
+template <node_check C>
+constexpr bool report() {
+  if constexpr (!C.ok()) {
+    static_assert(graph_node_error<C.node, ::xshard::detail::spelled<C.op, graph_op>,
+                                   ::xshard::detail::spelled<C.name, node_name>>::value,
+                  "xshard::graph: a node's operands do not fit it (the node's position, op and name follow)");
+    if constexpr (C.code == node_errc::signature)
+      static_assert(raise<C.diag>());
+    else
+      static_assert(graph_dim_out_of_range<C.dim, C.rank>::value, "xshard::graph: a dim beyond the node's rank");
+  }
+  return true;
+}
+
+/// "graph node 3 (einsum ...n,mn->...m, named h)": a run-time error's
+/// context.
+inline std::string node_context(std::size_t i, const node_info& n) {
+  std::string s = "graph node " + std::to_string(i) + " (";
+  if (n.kind == op_kind::einsum) s += "einsum ";
+  if (n.kind == op_kind::custom) s += "custom ";
+  s += n.text;
+  if (!n.name.empty()) s += ", named " + std::string(n.name);
+  return s + ")";
+}
+
 // ---------------------------------------------------------------------------
 // The program of a result node R with leaves of declared types Decl
 // (std::tuple<input, params...>).
@@ -224,6 +402,34 @@ struct program {
   static constexpr std::size_t size = nodes::size;
   static constexpr const std::array<node_info, size>& g = structure<nodes>::nodes;
   static constexpr std::size_t leaves = std::tuple_size_v<Decl>;
+
+  using mesh_type = typename detail::mesh_of_tuple<Decl>::type;  // void: plain values
+  /// The first node whose operands do not fit it (ranks from Decl).
+  static constexpr node_check check = [] {
+    std::array<std::int64_t, size> ranks{};
+    node_check c;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (
+          [&] {
+            if (!c.ok()) return;
+            if constexpr (g[I].kind == op_kind::leaf) {
+              if constexpr (g[I].leaf < std::tuple_size_v<Decl>)
+                ranks[I] = static_cast<std::int64_t>(detail::rank_v<std::tuple_element_t<g[I].leaf, Decl>>);
+            } else {
+              c = detail::rank_of<typename at_t<I, nodes>::op, mesh_type>(g[I], ranks, I);
+              if (!c.ok()) {
+                c.node = I;
+                c.op = g[I].text;
+                c.name = g[I].name;
+              }
+            }
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<size>{});
+    return c;
+  }();
+  static_assert(report<check>());
   using residuals = residual_store<nodes, Decl>;
   template <std::size_t I>
   using node_t = at_t<I, nodes>;

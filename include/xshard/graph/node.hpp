@@ -59,6 +59,7 @@ enum class op_kind : std::uint8_t { leaf, einsum, elementwise, composite, constr
 template <std::size_t I>
 struct arg_op {
   static constexpr op_kind kind = op_kind::leaf;
+  static constexpr std::string_view text = I == 0 ? "input" : "parameter";
   static constexpr bool needs_operands = false;
   static constexpr bool needs_output = false;
   static constexpr std::size_t index = I;
@@ -69,6 +70,7 @@ using arg = node<arg_op<I>>;
 template <fixed_string Eq>
 struct einsum_op {
   static constexpr op_kind kind = op_kind::einsum;
+  static constexpr std::string_view text = Eq.view();
   static constexpr bool needs_operands = true;
   static constexpr bool needs_output = false;
 };
@@ -76,6 +78,7 @@ enum class binary : std::uint8_t { add, sub, mul };
 template <binary B>
 struct binary_op {
   static constexpr op_kind kind = op_kind::elementwise;
+  static constexpr std::string_view text = B == binary::add ? "+" : B == binary::sub ? "-" : "*";
   static constexpr bool needs_operands = B == binary::mul;
   static constexpr bool needs_output = false;
 };
@@ -84,6 +87,7 @@ struct binary_op {
 template <class C>
 struct scale_op {
   static constexpr op_kind kind = op_kind::elementwise;
+  static constexpr std::string_view text = "scale";
   static constexpr bool needs_operands = false;
   static constexpr bool needs_output = false;
 };
@@ -95,12 +99,14 @@ enum class gelu_kind : std::uint8_t { none, tanh };
 template <gelu_kind A>
 struct gelu_op {
   static constexpr op_kind kind = op_kind::composite;
+  static constexpr std::string_view text = "gelu";
   static constexpr bool needs_operands = true;
   static constexpr bool needs_output = false;
 };
 template <int Dim>
 struct softmax_op {
   static constexpr op_kind kind = op_kind::composite;
+  static constexpr std::string_view text = "softmax";
   static constexpr bool needs_operands = false;
   static constexpr bool needs_output = true;
 };
@@ -109,6 +115,7 @@ struct softmax_op {
 template <class Eps>
 struct layer_norm_op {
   static constexpr op_kind kind = op_kind::composite;
+  static constexpr std::string_view text = "layer_norm";
   static constexpr bool needs_operands = true;
   static constexpr bool needs_output = false;
 };
@@ -117,6 +124,7 @@ struct layer_norm_op {
 template <int QDim, int KDim>
 struct causal_mask_op {
   static constexpr op_kind kind = op_kind::elementwise;
+  static constexpr std::string_view text = "causal_mask";
   static constexpr bool needs_operands = false;
   static constexpr bool needs_output = false;
 };
@@ -126,15 +134,16 @@ struct causal_mask_op {
 template <fixed_string Name, fixed_string Signature, class Kernel>
 struct custom_op {
   static constexpr op_kind kind = op_kind::custom;
+  static constexpr std::string_view text = Name.view();
   static constexpr bool needs_operands = true;
   static constexpr bool needs_output = true;
-  static constexpr std::string_view op_name = Name.view();
 };
 /// Redistribution to spec S (torch_xla's mark_sharding inside a graph);
 /// the identity on plain tensors.
 template <class S>
 struct constrain_op {
   static constexpr op_kind kind = op_kind::constrain;
+  static constexpr std::string_view text = "constrain";
   static constexpr bool needs_operands = false;
   static constexpr bool needs_output = false;
 };
@@ -272,6 +281,7 @@ struct node_info {
   std::size_t leaf = no_node;  // arg_op's index, for leaves
   std::size_t arity = 0;
   std::array<std::size_t, max_arity> operands{no_node, no_node, no_node, no_node};
+  std::string_view text;        // the op: its equation (einsum), name (custom) or kind
   std::string_view name;        // given by graph::save
   bool needs_operands = false;  // its vjp reads its operands' values
   bool needs_output = false;    // its vjp reads its own value
@@ -297,8 +307,8 @@ struct info_of;
 template <class Op, class... A, class L>
 struct info_of<node<Op, A...>, L> {
   static_assert(sizeof...(A) <= max_arity, "xshard::graph: an op has at most 4 operands");
-  static constexpr node_info value{Op::kind,      leaf_index_of<Op>(), sizeof...(A),    {index_in_v<A, L>...},
-                                   name_of<Op>(), Op::needs_operands,  Op::needs_output};
+  static constexpr node_info value{Op::kind, leaf_index_of<Op>(), sizeof...(A),       {index_in_v<A, L>...},
+                                   Op::text, name_of<Op>(),       Op::needs_operands, Op::needs_output};
 };
 
 template <class L>
