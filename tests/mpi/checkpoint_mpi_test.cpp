@@ -12,8 +12,13 @@
 //                                   xshard::error naming the tensor on every
 //                                   rank. AdamW: 2N steps equal N steps, save,
 //                                   fresh meshes and optimizer, load, N steps,
-//                                   bit for bit.
+//                                   bit for bit. Saves DIR/checkpoint_interop.h5
+//                                   and .txt for tests/checkpoint_h5py.py (h5py,
+//                                   a serial HDF5, reads what MPI-IO wrote).
 //   checkpoint_mpi_test load1 DIR   1 rank: both files onto a one-device mesh.
+//   checkpoint_mpi_test serial FILE 4 ranks: the file runtime/checkpoint_test's
+//                                   CheckpointInterop.WriteForH5py wrote with
+//                                   the serial HDF5 library, onto 2x2 and 4x1.
 //   checkpoint_mpi_test load8 DIR   8 ranks: both files onto 2x4 and 8x1 (with
 //                                   empty blocks); saves on 8x1 and loads that
 //                                   onto 2x4, and rank 0 onto a thread mesh.
@@ -29,6 +34,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <string_view>
@@ -142,6 +148,8 @@ struct layout {
 using M2x2 = xshard::mesh<"data=2, model=2">;
 using L2x2 = layout<M2x2, spec<"data, model">, spec<"model">, spec<"None, model, data">>;
 using L2x2other = layout<M2x2, spec<"model, data">, spec<"(data, model)">, spec<"None, None, (model, data)">>;
+using L2x2custom = layout<xshard::mesh<"data=2, model=2", 3, 1, 2, 0>, spec<"(data, model), None">,
+                          spec<"(model, data)">, spec<"model, data, None">>;
 using L4x1 = layout<xshard::mesh<"data=4, model=1">, spec<"data, None">, spec<"None">, spec<"None, data, None">>;
 using L1 = layout<xshard::mesh<"data=1, model=1">, spec<"data, model">, spec<"model">, spec<"None, model, data">>;
 using L2x4 = layout<xshard::mesh<"data=2, model=4">, spec<"model, data">, spec<"model">, spec<"None, model, data">>;
@@ -299,6 +307,34 @@ void save_4(const fs::path& dir) {
   const auto resumed = train(4, ck, "");
   expect(whole.first == resumed.first && whole.second == resumed.second, "resume: 4 + 4 steps differ from 8");
   expect(!(whole.first == train(7, "", "").first), "resume: 7 steps equal 8 (the test cannot tell)");
+
+  // For tests/checkpoint_h5py.py: what CheckpointInterop.WriteForH5py
+  // writes with threads and serial HDF5, written here by MPI-IO.
+  const globals g4 = make_globals(4);
+  {
+    xshard::mpi_mesh<L2x2custom::mesh_type> mesh;
+    L2x2custom::save(mesh, (dir / "checkpoint_interop.h5").string(), g4, 17);
+  }
+  if (world_rank() == 0) {
+    std::ofstream out(dir / "checkpoint_interop.txt");
+    out.precision(17);
+    auto put = [&](const char* name, const char* type, const auto& t) {
+      out << name << ' ' << type << ' ';
+      for (std::size_t d = 0; d < t.dimension(); ++d) out << (d ? "," : "") << t.shape()[d];
+      for (std::size_t i = 0; i < t.size(); ++i) out << ' ' << +t.data()[i];
+      out << '\n';
+    };
+    put("model/a", "float32", g4.a);
+    put("model/b", "int64", g4.b);
+    put("stack/c", "float64", g4.c);
+    expect(out.good(), "cannot write checkpoint_interop.txt");
+  }
+}
+
+/// The serial library's file (CheckpointInterop.WriteForH5py: make_globals(4), step 17).
+void load_serial(const std::string& file) {
+  const globals g = make_globals(4);
+  load_on_mpi<L2x2, L2x2custom, L4x1>(file, g, 17, "serial HDF5, threads 2x2");
 }
 
 void load_1(const fs::path& dir) {
@@ -332,16 +368,18 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   const std::string what = argc > 2 ? argv[1] : "";
   const fs::path dir = argc > 2 ? argv[2] : "";
-  if (world_rank() == 0 && !dir.empty()) fs::create_directories(dir);
+  if (world_rank() == 0 && !dir.empty() && what != "serial") fs::create_directories(dir);
   MPI_Barrier(MPI_COMM_WORLD);
   if (what == "save") {
     save_4(dir);
+  } else if (what == "serial") {
+    load_serial(argv[2]);
   } else if (what == "load1") {
     load_1(dir);
   } else if (what == "load8") {
     load_8(dir);
   } else {
-    if (world_rank() == 0) std::fprintf(stderr, "usage: checkpoint_mpi_test save|load1|load8 DIR\n");
+    if (world_rank() == 0) std::fprintf(stderr, "usage: checkpoint_mpi_test save|load1|load8 DIR | serial FILE\n");
     failures = 1;
   }
   long total = 0;
