@@ -242,7 +242,7 @@ ckpt_comm make_comm(Device& dev) {
   return c;
 }
 
-inline h5_id file_access(ckpt_file_mode mode = {}) {
+inline h5_id file_access([[maybe_unused]] ckpt_file_mode mode = {}) {
   h5_id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   // The 1.10 format: checksums on the superblock, the object headers and
   // the chunk indices (fixed arrays; 1.8's v1 B-trees have none, so a
@@ -264,7 +264,7 @@ inline h5_id file_access(ckpt_file_mode mode = {}) {
 /// The transfer properties of a data read or write: collective MPI-IO in
 /// parallel mode (which parallel HDF5 needs to write chunks with filters),
 /// the default otherwise.
-inline h5_id transfer(ckpt_file_mode mode) {
+inline h5_id transfer([[maybe_unused]] ckpt_file_mode mode) {
 #if defined(XSHARD_WITH_HDF5_MPI)
   if (mode.parallel()) {
     h5_id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
@@ -272,7 +272,6 @@ inline h5_id transfer(ckpt_file_mode mode) {
     return dxpl;
   }
 #endif
-  (void)mode;
   return {};
 }
 
