@@ -4,7 +4,8 @@
 # reruns are fast. Nothing is downloaded besides Debian packages. CLI11 and
 # nlohmann-json are for the examples' command lines and xshard-plan's JSON
 # (the library itself needs neither). Open MPI is for the MPI backend
-# (xshard::mpi) and its tests, HDF5 for checkpoints (xshard::hdf5) and h5py
+# (xshard::mpi) and its tests, HDF5 for checkpoints (xshard::hdf5; the
+# parallel flavour, which installs beside it, for xshard::hdf5_mpi) and h5py
 # for the interop test; without them they are skipped.
 #
 # XSHARD_BENCH_DEPS=1 also installs the optional benchmark peers (bench/ only;
@@ -18,7 +19,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
-  libhdf5-dev python3-h5py
+  libhdf5-dev libhdf5-openmpi-dev python3-h5py
   ca-certificates python3
 )
 if [ "${XSHARD_BENCH_DEPS:-0}" = "1" ]; then

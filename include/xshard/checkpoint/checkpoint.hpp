@@ -32,13 +32,28 @@
 // <path> and fsyncs the directory: a writer killed at any point leaves the
 // previous checkpoint whole.
 //
-// Who writes what: the device at mesh position 0 creates the file and its
-// datasets; then the devices take turns (a barrier between turns), each
-// opening the file and writing the blocks it owns (the owner of a
+// Who writes what: each device writes the blocks it owns (the owner of a
 // replicated block is its holder at coordinate 0 of every replicating axis,
-// optim/tensors.hpp); a plain tensor is written by position 0. HDF5 here is
-// the serial library: every HDF5 call of the process holds one mutex, and
-// with mpi_mesh the ranks write in turn (parallel HDF5 is not used).
+// optim/tensors.hpp); a plain tensor is written by position 0. Every HDF5
+// call of the process holds one mutex. Two ways to get the blocks into the
+// file, the only difference between them being how the file is opened:
+//
+//  - serial HDF5 (xshard::hdf5), or a thread_mesh: the device at position 0
+//    creates the file and its datasets; then the devices take turns (a
+//    barrier between turns), each opening the file and writing its blocks.
+//    With mpi_mesh the ranks write in turn.
+//  - parallel HDF5 with an mpi_mesh (xshard::hdf5_mpi, which defines
+//    XSHARD_WITH_HDF5_MPI): every rank opens the file through MPI-IO
+//    (H5Pset_fapl_mpio over MPI_COMM_WORLD, collective metadata), the ranks
+//    create the datasets together, and each tensor is one collective
+//    H5Dwrite in which every rank selects its own block (or nothing). The
+//    reader opens the file the same way and reads each tensor with one
+//    collective H5Dread of every rank's hyperslabs, so read() and the
+//    reader's destructor are collective there: every rank reads the same
+//    tensors in the same order (an SPMD program does). A thread_mesh or no
+//    mesh in such a build takes the serial way.
+//
+// Both write the same file: either kind of build loads the other's.
 #pragma once
 
 #include <fcntl.h>
@@ -71,6 +86,13 @@
 #include "../spmd/layout.hpp"
 #include "../spmd/sharded.hpp"
 #include "manifest.hpp"
+
+#if defined(XSHARD_WITH_HDF5_MPI)  // set by the CMake target xshard::hdf5_mpi
+#if !defined(H5_HAVE_PARALLEL)
+#error "xshard: XSHARD_WITH_HDF5_MPI needs the parallel HDF5 library (link xshard::hdf5_mpi, not xshard::hdf5)"
+#endif
+#include "../spmd/mpi_mesh.hpp"
+#endif
 
 namespace xshard {
 
@@ -129,6 +151,12 @@ class h5_id {
     if (id_ >= 0 && close_) close_(id_);
     id_ = -1;
   }
+  /// Closes now and says whether closing succeeded.
+  bool close() {
+    const herr_t st = id_ >= 0 && close_ ? close_(id_) : 0;
+    id_ = -1;
+    return st >= 0;
+  }
 
  private:
   hid_t id_ = -1;
@@ -167,14 +195,38 @@ inline bool stored_type_is(hid_t type, dtype d) {
   return s == (is_signed ? H5T_SGN_2 : H5T_SGN_NONE);
 }
 
+/// How a file is opened: by one process (the sec2 driver), or by every rank
+/// of an MPI communicator together (MPI-IO, parallel HDF5 only).
+struct ckpt_file_mode {
+#if defined(XSHARD_WITH_HDF5_MPI)
+  MPI_Comm mpi = MPI_COMM_NULL;
+  bool parallel() const { return mpi != MPI_COMM_NULL; }
+#else
+  bool parallel() const { return false; }
+#endif
+};
+
+/// The file mode of a device: MPI-IO over MPI_COMM_WORLD (whose rank is the
+/// device's position) for an mpi_mesh device in a parallel-HDF5 build.
+template <class Device>
+ckpt_file_mode file_mode_of([[maybe_unused]] const Device& dev) {
+  ckpt_file_mode m;
+#if defined(XSHARD_WITH_HDF5_MPI)
+  if constexpr (std::is_base_of_v<mpi_device_core, Device>) m.mpi = MPI_COMM_WORLD;
+#endif
+  return m;
+}
+
 /// What a checkpoint needs from the devices: where this one is, how many
-/// there are, a barrier over all of them, the mesh's text and device ids.
+/// there are, a barrier over all of them, the mesh's text and device ids,
+/// and how the file is opened.
 struct ckpt_comm {
   std::int64_t position = 0;
   std::int64_t size = 1;
   std::function<void()> barrier = [] {};
   std::string mesh;
   std::vector<int> devices;
+  ckpt_file_mode mode;
 };
 
 template <class Device>
@@ -186,16 +238,68 @@ ckpt_comm make_comm(Device& dev) {
   c.barrier = [&dev] { dev.barrier(all_axes<M>()); };
   c.mesh = mesh_text(M::axes).str();
   c.devices.assign(M::device_ids.begin(), M::device_ids.end());
+  c.mode = file_mode_of(dev);
   return c;
 }
 
-inline h5_id file_access() {
+inline h5_id file_access([[maybe_unused]] ckpt_file_mode mode = {}) {
   h5_id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   // The 1.10 format: checksums on the superblock, the object headers and
   // the chunk indices (fixed arrays; 1.8's v1 B-trees have none, so a
   // changed byte there could lose a chunk silently).
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST);
+#if defined(XSHARD_WITH_HDF5_MPI)
+  if (mode.parallel()) {
+    // Every rank opens the file; metadata is read by one rank and broadcast,
+    // and written collectively (every call that touches metadata is made by
+    // all ranks with the same arguments).
+    H5Pset_fapl_mpio(fapl.get(), mode.mpi, MPI_INFO_NULL);
+    H5Pset_all_coll_metadata_ops(fapl.get(), true);
+    H5Pset_coll_metadata_write(fapl.get(), true);
+  }
+#endif
   return fapl;
+}
+
+/// The transfer properties of a data read or write: collective MPI-IO in
+/// parallel mode (which parallel HDF5 needs to write chunks with filters),
+/// the default otherwise.
+inline h5_id transfer([[maybe_unused]] ckpt_file_mode mode) {
+#if defined(XSHARD_WITH_HDF5_MPI)
+  if (mode.parallel()) {
+    h5_id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+    H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
+    return dxpl;
+  }
+#endif
+  return {};
+}
+
+/// The property list id of transfer()'s result (H5P_DEFAULT when none).
+inline hid_t plist_or_default(const h5_id& p) { return p.ok() ? p.get() : H5P_DEFAULT; }
+
+/// Writes (write = true) or reads the block [start, start + count) of
+/// dataset ds from or into the row-major buffer data, or takes part in a
+/// collective transfer with nothing of its own (mine = false; parallel mode
+/// only). A scalar dataset has empty start and count.
+inline herr_t transfer_block(hid_t ds, hid_t memtype, const std::vector<hsize_t>& start,
+                             const std::vector<hsize_t>& count, bool mine, bool write, void* data, hid_t dxpl) {
+  h5_id fspace(H5Dget_space(ds), H5Sclose);
+  h5_id mspace;
+  if (!fspace.ok()) return -1;
+  if (!mine) {
+    const hsize_t one = 1;
+    mspace = h5_id(H5Screate_simple(1, &one, nullptr), H5Sclose);
+    if (!mspace.ok() || H5Sselect_none(mspace.get()) < 0 || H5Sselect_none(fspace.get()) < 0) return -1;
+  } else if (count.empty()) {
+    mspace = h5_id(H5Screate(H5S_SCALAR), H5Sclose);
+  } else {
+    if (H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0) return -1;
+    mspace = h5_id(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
+  }
+  if (!mspace.ok()) return -1;
+  return write ? H5Dwrite(ds, memtype, mspace.get(), fspace.get(), dxpl, data)
+               : H5Dread(ds, memtype, mspace.get(), fspace.get(), dxpl, data);
 }
 
 inline void fsync_path(const std::string& path, bool directory) {
@@ -203,6 +307,11 @@ inline void fsync_path(const std::string& path, bool directory) {
   if (fd < 0) return;  // best effort for the directory; the file was just closed by us
   ::fsync(fd);
   ::close(fd);
+}
+
+/// Whether a tensor of this global shape has any element (a scalar has one).
+inline bool has_elements(const std::vector<std::int64_t>& shape) {
+  return std::none_of(shape.begin(), shape.end(), [](std::int64_t n) { return n == 0; });
 }
 
 /// "None, None" for rank 2 ("" for rank 0): a plain tensor's spec.
@@ -358,12 +467,35 @@ class checkpoint_writer {
     if (committed_) throw error("xshard: checkpoint " + path_ + ": commit() was already called");
     committed_ = true;
     const std::string tmp = path_ + ".tmp";
-    if (comm_.position == 0) create(tmp);
-    comm_.barrier();
-    for (std::int64_t turn = 0; turn < comm_.size; ++turn) {
-      if (turn == comm_.position) write_blocks(tmp);
-      if (comm_.size > 1) comm_.barrier();
+    if (comm_.mode.parallel()) {
+      // Every rank at once: the file, its datasets, then each tensor in one
+      // collective write of every rank's block.
+      const detail::hdf5_lock lock;
+      detail::h5_id file = open_file(tmp, true);
+      define(file.get());
+      write_blocks(file.get());
+      close_file(file, tmp);
+    } else {
+      // Position 0 defines the file, then the devices write in turn.
+      if (comm_.position == 0) {
+        const detail::hdf5_lock lock;
+        detail::h5_id file = open_file(tmp, true);
+        define(file.get());
+        close_file(file, tmp);
+      }
+      comm_.barrier();
+      for (std::int64_t turn = 0; turn < comm_.size; ++turn) {
+        if (turn == comm_.position &&
+            std::any_of(entries_.begin(), entries_.end(), [](const auto& e) { return e.write; })) {
+          const detail::hdf5_lock lock;
+          detail::h5_id file = open_file(tmp, false);
+          write_blocks(file.get());
+          close_file(file, tmp);
+        }
+        if (comm_.size > 1) comm_.barrier();
+      }
     }
+    comm_.barrier();
     if (comm_.position == 0) {
       detail::fsync_path(tmp, false);
       if (std::rename(tmp.c_str(), path_.c_str()) != 0)
@@ -415,7 +547,24 @@ class checkpoint_writer {
       fail(std::string("cannot write attribute ") + name);
   }
 
-  void create(const std::string& tmp) {
+  /// Creates (create = true) or opens tmp for writing, as the mode says.
+  /// @pre the HDF5 lock is held.
+  detail::h5_id open_file(const std::string& tmp, bool create) const {
+    const detail::h5_id fapl = detail::file_access(comm_.mode);
+    detail::h5_id file(create ? H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get())
+                              : H5Fopen(tmp.c_str(), H5F_ACC_RDWR, fapl.get()),
+                       H5Fclose);
+    if (!file.ok()) fail(create ? "cannot create " + tmp : "cannot open " + tmp + " to write");
+    return file;
+  }
+  /// Flushes and closes the file (collective in parallel mode).
+  void close_file(detail::h5_id& file, const std::string& tmp) const {
+    if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) fail("cannot flush " + tmp);
+    if (!file.close()) fail("cannot close " + tmp);
+  }
+
+  /// The attributes, the manifest and every tensor's (empty) dataset.
+  void define(hid_t file) {
     checkpoint_manifest m;
     m.step = step_;
     m.mesh = comm_.mesh;
@@ -425,15 +574,11 @@ class checkpoint_writer {
     std::string devices;
     for (std::size_t i = 0; i < comm_.devices.size(); ++i) devices += (i ? "," : "") + std::to_string(comm_.devices[i]);
 
-    const detail::hdf5_lock lock;
-    const detail::h5_id fapl = detail::file_access();
-    detail::h5_id file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
-    if (!file.ok()) fail("cannot create " + tmp);
-    string_attribute(file.get(), "xshard_format", "xshard-checkpoint " + std::to_string(checkpoint_format));
-    string_attribute(file.get(), "xshard_version", library_version);
-    int_attribute(file.get(), "xshard_step", step_);
-    string_attribute(file.get(), "xshard_mesh", comm_.mesh);
-    string_attribute(file.get(), "xshard_devices", devices);
+    string_attribute(file, "xshard_format", "xshard-checkpoint " + std::to_string(checkpoint_format));
+    string_attribute(file, "xshard_version", library_version);
+    int_attribute(file, "xshard_step", step_);
+    string_attribute(file, "xshard_mesh", comm_.mesh);
+    string_attribute(file, "xshard_devices", devices);
     {
       const hsize_t n = manifest.size();
       detail::h5_id space(H5Screate_simple(1, &n, nullptr), H5Sclose);
@@ -441,9 +586,12 @@ class checkpoint_writer {
       H5Pset_chunk(dcpl.get(), 1, &n);
       H5Pset_fletcher32(dcpl.get());
       detail::h5_id ds(
-          H5Dcreate2(file.get(), "xshard_manifest", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+          H5Dcreate2(file, "xshard_manifest", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
           H5Dclose);
-      if (!ds.ok() || H5Dwrite(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, manifest.data()) < 0)
+      // Written by position 0 (in parallel mode the others take part with nothing).
+      const detail::h5_id dxpl = detail::transfer(comm_.mode);
+      if (!ds.ok() || detail::transfer_block(ds.get(), H5T_NATIVE_UINT8, {0}, {n}, comm_.position == 0, true,
+                                             const_cast<char*>(manifest.data()), detail::plist_or_default(dxpl)) < 0)
         fail("cannot write the manifest");
     }
     detail::h5_id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
@@ -484,9 +632,8 @@ class checkpoint_writer {
           stored = H5T_STD_U64LE;
           break;
       }
-      detail::h5_id ds(
-          H5Dcreate2(file.get(), e.meta.name.c_str(), stored, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
-          H5Dclose);
+      detail::h5_id ds(H5Dcreate2(file, e.meta.name.c_str(), stored, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+                       H5Dclose);
       if (!ds.ok()) fail("cannot create the dataset of tensor \"" + e.meta.name + "\"");
       string_attribute(ds.get(), "xshard_dtype", dtype_name(e.meta.type));
       string_attribute(ds.get(), "xshard_spec", e.meta.spec);
@@ -495,30 +642,19 @@ class checkpoint_writer {
     }
   }
 
-  void write_blocks(const std::string& tmp) {
-    bool any = false;
-    for (const detail::ckpt_entry& e : entries_) any = any || e.write;
-    if (!any) return;
-    const detail::hdf5_lock lock;
-    const detail::h5_id fapl = detail::file_access();
-    detail::h5_id file(H5Fopen(tmp.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
-    if (!file.ok()) fail("cannot open " + tmp + " to write");
+  /// This device's blocks: in parallel mode one collective write per tensor
+  /// (every rank takes part, with its block or nothing), else its own only.
+  void write_blocks(hid_t file) {
+    const bool parallel = comm_.mode.parallel();
+    const detail::h5_id dxpl = detail::transfer(comm_.mode);
     for (const detail::ckpt_entry& e : entries_) {
-      if (!e.write) continue;
-      detail::h5_id ds(H5Dopen2(file.get(), e.meta.name.c_str(), H5P_DEFAULT), H5Dclose);
+      if (!(parallel ? detail::has_elements(e.meta.shape) : e.write)) continue;  // the former is the same on every rank
+      detail::h5_id ds(H5Dopen2(file, e.meta.name.c_str(), H5P_DEFAULT), H5Dclose);
       if (!ds.ok()) fail("tensor \"" + e.meta.name + "\" has no dataset (did every device add the same tensors?)");
-      herr_t st;
-      if (e.count.empty()) {
-        st = H5Dwrite(ds.get(), detail::native_type(e.meta.type), H5S_ALL, H5S_ALL, H5P_DEFAULT, e.data);
-      } else {
-        detail::h5_id fspace(H5Dget_space(ds.get()), H5Sclose);
-        H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, e.start.data(), nullptr, e.count.data(), nullptr);
-        detail::h5_id mspace(H5Screate_simple(static_cast<int>(e.count.size()), e.count.data(), nullptr), H5Sclose);
-        st = H5Dwrite(ds.get(), detail::native_type(e.meta.type), mspace.get(), fspace.get(), H5P_DEFAULT, e.data);
-      }
-      if (st < 0) fail("cannot write the block of tensor \"" + e.meta.name + "\"");
+      if (detail::transfer_block(ds.get(), detail::native_type(e.meta.type), e.start, e.count, e.write, true,
+                                 const_cast<void*>(e.data), detail::plist_or_default(dxpl)) < 0)
+        fail("cannot write the block of tensor \"" + e.meta.name + "\"");
     }
-    if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) fail("cannot flush " + tmp);
   }
 
   detail::ckpt_comm comm_;
@@ -532,11 +668,13 @@ class checkpoint_writer {
 
 /// Reads a checkpoint onto any mesh: each device reads the hyperslabs of its
 /// own blocks. Opening checks the manifest; read() checks the tensor's
-/// name, dtype and global shape against the model's tensor.
+/// name, dtype and global shape against the model's tensor. With an
+/// mpi_mesh device in a parallel-HDF5 build, construction, read() and
+/// destruction are collective over the ranks (see the top of this file).
 class checkpoint_reader {
  public:
   template <class Device>
-  checkpoint_reader(Device&, std::string path) : path_(std::move(path)) {
+  checkpoint_reader(Device& dev, std::string path) : path_(std::move(path)), mode_(detail::file_mode_of(dev)) {
     open();
   }
   explicit checkpoint_reader(std::string path) : path_(std::move(path)) { open(); }
@@ -663,7 +801,7 @@ class checkpoint_reader {
     std::string text;
     {
       const detail::hdf5_lock lock;
-      const detail::h5_id fapl = detail::file_access();
+      const detail::h5_id fapl = detail::file_access(mode_);
       file_ = detail::h5_id(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
       if (!file_.ok()) fail("not a readable HDF5 file");
       if (H5Lexists(file_.get(), "xshard_manifest", H5P_DEFAULT) <= 0) {
@@ -682,7 +820,9 @@ class checkpoint_reader {
         throw error("xshard: checkpoint " + path_ + ": the manifest is not a 1-D byte array of at most 64 MiB");
       }
       text.resize(static_cast<std::size_t>(n));
-      if (n && H5Dread(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
+      const detail::h5_id dxpl = detail::transfer(mode_);
+      if (n && detail::transfer_block(ds.get(), H5T_NATIVE_UINT8, {0}, {n}, true, false, text.data(),
+                                      detail::plist_or_default(dxpl)) < 0)
         fail("cannot read the manifest");
     }
     manifest_ = parse_manifest(text, "checkpoint " + path_);
@@ -711,20 +851,17 @@ class checkpoint_reader {
                   std::string(dtype_name(t.type)) + " (the file is corrupt)");
     hsize_t elements = 1;
     for (hsize_t c : count) elements *= c;
-    if (elements == 0) return;
-    herr_t st;
-    if (count.empty()) {
-      st = H5Dread(ds.get(), detail::native_type(t.type), H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
-    } else {
-      if (H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0)
-        fail(head + ": cannot select its block");
-      detail::h5_id mspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
-      st = H5Dread(ds.get(), detail::native_type(t.type), mspace.get(), fspace.get(), H5P_DEFAULT, out);
-    }
-    if (st < 0) fail(head + ": reading its block failed");
+    // In parallel mode every rank takes part in the collective read of a
+    // tensor that has elements, with its block or with nothing.
+    if (elements == 0 && !(mode_.parallel() && detail::has_elements(t.shape))) return;
+    const detail::h5_id dxpl = detail::transfer(mode_);
+    if (detail::transfer_block(ds.get(), detail::native_type(t.type), start, count, elements > 0, false, out,
+                               detail::plist_or_default(dxpl)) < 0)
+      fail(head + ": reading its block failed");
   }
 
   std::string path_;
+  detail::ckpt_file_mode mode_;
   detail::h5_id file_;
   checkpoint_manifest manifest_;
 };
