@@ -481,13 +481,17 @@ struct program {
   template <std::size_t I, class Policy, class V>
   static void compute(V& v) {
     auto& out = std::get<I>(v.slots);
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      if constexpr (std::is_void_v<Policy>)
-        out.own.emplace(rule<op_t<I>>::eval(operand<I, K, false>(v)...));
-      else
-        out.own.emplace(rule<op_t<I>>::eval(operand<I, K, movable<Policy>[I][K]>(v)...));
+    try {
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        if constexpr (std::is_void_v<Policy>)
+          out.own.emplace(rule<op_t<I>>::eval(operand<I, K, false>(v)...));
+        else
+          out.own.emplace(rule<op_t<I>>::eval(operand<I, K, movable<Policy>[I][K]>(v)...));
+      }
+      (std::make_index_sequence<g[I].arity>{});
+    } catch (const error& e) {
+      throw error(std::string(e.what()) + " (" + node_context(I, g[I]) + ")");
     }
-    (std::make_index_sequence<g[I].arity>{});
     v.shapes[I] = shape_of(out.get());
   }
 
@@ -614,7 +618,11 @@ struct program {
                                  : nullptr),
          ...);
         // Operands last to first; the first gets the cotangent itself.
-        (contribute<I, g[I].arity - 1 - K>(ct, c, *gi), ...);
+        try {
+          (contribute<I, g[I].arity - 1 - K>(ct, c, *gi), ...);
+        } catch (const error& e) {
+          throw error(std::string(e.what()) + " (" + node_context(I, g[I]) + ", backward)");
+        }
       }
       (std::make_index_sequence<g[I].arity>{});
       gi.reset();  // done with it

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -133,6 +134,27 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
     }
   }
   return out;
+}
+
+template <class S>
+std::string shape_string(const S& s) {
+  std::string t = "[";
+  for (std::size_t d = 0; d < s.size(); ++d) t += (d ? "," : "") + std::to_string(s[d]);
+  return t + "]";
+}
+
+/// numpy's rule: trailing dims equal or 1; an xshard::error naming both
+/// shapes otherwise.
+template <class SA, class SB>
+void check_broadcast(const SA& a, const SB& b, const char* op) {
+  const std::size_t n = std::min(a.size(), b.size());
+  for (std::size_t d = 1; d <= n; ++d) {
+    const std::size_t x = a[a.size() - d], y = b[b.size() - d];
+    if (x != y && x != 1 && y != 1)
+      throw error(std::string("xshard::graph: ") + op + " of shapes " + shape_string(a) + " and " + shape_string(b) +
+                  " does not broadcast (dim -" + std::to_string(d) + ": " + std::to_string(x) + " vs " +
+                  std::to_string(y) + ")");
+  }
 }
 
 /// out[i, j] = a[i, j] op b[j] for rows x n contiguous values (out may be a).
@@ -263,6 +285,7 @@ struct rule<binary_op<B>> {
     } else {
       using T = detail::element_t<X>;
       constexpr std::size_t R = std::max(detail::rank_v<X>, detail::rank_v<Y>);
+      detail::check_broadcast(a.shape(), b.shape(), B == binary::add ? "+" : B == binary::sub ? "-" : "*");
       if constexpr (detail::rank_v<Y> == 1 && std::is_same_v<DA, xt::xtensor<T, R>>) {
         // A rank-1 operand along the last dim (a bias): row by row.
         const std::size_t n = a.shape()[R - 1];
