@@ -436,3 +436,62 @@ TEST(Graph, RunTimeErrorsNameTheNode) {
 }
 
 }  // namespace
+
+namespace {
+
+// softmax over a dim split across devices (a vocabulary-parallel softmax):
+// partial max and sum all-reduces, never a gather of the dim.
+template <int Dim>
+struct split_softmax_def {
+  using M = xshard::mesh<"data=2, model=2">;
+  using input = xshard::sharded<double, 2, M, xshard::spec<"data, model">>;
+  using params = std::tuple<xshard::sharded<double, 1, M, xshard::spec<"model">>>;
+  static constexpr std::array<std::string_view, 1> param_names{"b"};
+  template <class X, class B>
+  static auto forward(X x, B b) {
+    return g::softmax<Dim>(x + b);
+  }
+};
+template <int Dim>
+struct plain_softmax_def {
+  using input = xt::xtensor<double, 2>;
+  using params = std::tuple<xt::xtensor<double, 1>>;
+  static constexpr std::array<std::string_view, 1> param_names{"b"};
+  template <class X, class B>
+  static auto forward(X x, B b) {
+    return g::softmax<Dim>(x + b);
+  }
+};
+
+template <int Dim>
+void expect_split_softmax_equals_one_device() {
+  using L = g::layer<split_softmax_def<Dim>>;
+  using P = g::layer<plain_softmax_def<Dim>>;
+  // Forward: the max and the sum over the split dim; backward: the sum of
+  // g y over it, and the bias gradient's sum over data.
+  static_assert(L::forward_collectives() == 2 && L::backward_collectives() == 2);
+  xt::random::seed(14);
+  const xt::xtensor<double, 2> x = randn<double, 2>({5, 9}) * 3.0, gy = randn<double, 2>({5, 9});
+  const xt::xtensor<double, 1> b = randn<double, 1>({9});
+  const auto one = P{}.forward(std::tuple{b}, x);
+  const auto one_grads = P{}.vjp(std::tuple{b}, one.second, gy);
+  xshard::thread_mesh<typename split_softmax_def<Dim>::M> mesh;
+  mesh.run([&](auto& dev) {
+    const typename L::params p{xshard::distribute<xshard::spec<"model">>(dev, b)};
+    const auto xs = xshard::distribute<xshard::spec<"data, model">>(dev, x);
+    dev.reset_counters();
+    const auto fwd = L{}.forward(p, xs);
+    EXPECT_EQ(dev.counters().total_calls(), L::forward_collectives());
+    dev.reset_counters();
+    const auto grads = L{}.vjp(p, fwd.second, xshard::distribute<xshard::spec<"data, model">>(dev, gy));
+    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives());
+    EXPECT_LT(max_diff(xshard::gather(fwd.first), one.first), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(grads.second), one_grads.second), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(std::get<0>(grads.first)), std::get<0>(one_grads.first)), 1e-12);
+  });
+}
+
+TEST(GraphSharded, SoftmaxOverTheModelSplitLastDim) { expect_split_softmax_equals_one_device<-1>(); }
+TEST(GraphSharded, SoftmaxOverTheDataSplitFirstDim) { expect_split_softmax_equals_one_device<0>(); }
+
+}  // namespace

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <limits>
 #include <span>
@@ -419,39 +420,129 @@ struct rule<gelu_op<K0>> {
   }
 };
 
+namespace detail {
+
+/// The mesh axes (of size > 1) that split dim d of sharded type X.
+template <class X>
+constexpr axis_set splitting_axes(std::size_t d) {
+  using D = std::remove_cvref_t<X>;
+  axis_set s = 0;
+  for (const mesh_axis_t ax : D::resolved.dims[d])
+    if (D::mesh_shape[static_cast<std::size_t>(ax)] > 1) s |= axis_bit(static_cast<std::size_t>(ax));
+  return s;
+}
+
+/// A contiguous row-major block seen as (outer, n, inner) around dim d.
+struct around_dim {
+  std::size_t outer = 1, n = 1, inner = 1;
+  template <class S>
+  around_dim(const S& shape, std::size_t d) {
+    for (std::size_t e = 0; e < shape.size(); ++e) (e < d ? outer : e == d ? n : inner) *= shape[e];
+  }
+  std::size_t at(std::size_t o, std::size_t k, std::size_t i) const { return (o * n + k) * inner + i; }
+};
+
+/// softmax along dim d of a block whose dim d is split over `axes`: the
+/// row maxima and the row sums are all-reduced over them (partial max and
+/// sum), so no device gathers the dim.
+template <class X>
+auto split_softmax(const X& x, std::size_t d, axis_set axes) {
+  using T = typename X::value_type;
+  const auto& v = x.local();
+  const around_dim s(v.shape(), d);
+  xt::xtensor<T, X::rank> y = xt::xtensor<T, X::rank>::from_shape(v.shape());
+  std::vector<T> row(s.outer * s.inner, -std::numeric_limits<T>::infinity());
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k)
+      for (std::size_t i = 0; i < s.inner; ++i)
+        row[o * s.inner + i] = std::max(row[o * s.inner + i], v.data()[s.at(o, k, i)]);
+  const auto& dev = x.device();
+  dev.all_reduce(dev.device, std::span<T>(row), reduce_op::max, axes);
+  std::vector<T> sum(row.size(), T(0));
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k)
+      for (std::size_t i = 0; i < s.inner; ++i) {
+        const std::size_t j = s.at(o, k, i);
+        y.data()[j] = std::exp(v.data()[j] - row[o * s.inner + i]);
+        sum[o * s.inner + i] += y.data()[j];
+      }
+  dev.all_reduce(dev.device, std::span<T>(sum), reduce_op::sum, axes);
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k)
+      for (std::size_t i = 0; i < s.inner; ++i) y.data()[s.at(o, k, i)] /= sum[o * s.inner + i];
+  return std::remove_cvref_t<X>(dev, x.global_shape(), std::move(y));
+}
+
+/// softmax's vjp along a split dim: dx = y (g - sum(g y)), the sum
+/// all-reduced over `axes`.
+template <class G, class Y>
+auto split_softmax_backward(const G& g, const Y& y, std::size_t d, axis_set axes) {
+  using T = typename Y::value_type;
+  const auto& gv = g.local();
+  const auto& yv = y.local();
+  const around_dim s(yv.shape(), d);
+  std::vector<T> dot(s.outer * s.inner, T(0));
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k)
+      for (std::size_t i = 0; i < s.inner; ++i)
+        dot[o * s.inner + i] += gv.data()[s.at(o, k, i)] * yv.data()[s.at(o, k, i)];
+  const auto& dev = y.device();
+  dev.all_reduce(dev.device, std::span<T>(dot), reduce_op::sum, axes);
+  xt::xtensor<T, Y::rank> dx = xt::xtensor<T, Y::rank>::from_shape(yv.shape());
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k)
+      for (std::size_t i = 0; i < s.inner; ++i) {
+        const std::size_t j = s.at(o, k, i);
+        dx.data()[j] = yv.data()[j] * (gv.data()[j] - dot[o * s.inner + i]);
+      }
+  return std::remove_cvref_t<Y>(dev, y.global_shape(), std::move(dx));
+}
+
+}  // namespace detail
+
+/// softmax along Dim; over a dim split across devices by partial max and
+/// sum all-reduces (two in the forward, one in the backward).
 template <int Dim>
 struct rule<softmax_op<Dim>> {
   template <class X>
-  static constexpr void check_unsharded_dim() {
-    if constexpr (Sharded<X>) {
-      using D = std::remove_cvref_t<X>;
-      constexpr std::size_t d = Dim < 0 ? D::rank + Dim : Dim;
-      static_assert(D::resolved.dims[d].empty(),
-                    "xshard::graph: softmax over a sharded dim: constrain the dim to None first");
-    }
-  }
+  static constexpr std::size_t dim = Dim < 0 ? std::remove_cvref_t<X>::rank + Dim : static_cast<std::size_t>(Dim);
+  template <class X>
+  static constexpr axis_set split = [] {
+    if constexpr (Sharded<X>)
+      return detail::splitting_axes<X>(dim<X>);
+    else
+      return axis_set{0};
+  }();
   template <class X>
   static auto eval(const X& a) {
-    check_unsharded_dim<X>();
-    if constexpr (Sharded<X>)
-      return local_map(a, [](const auto& v) { return ::xshard::softmax(v, Dim); });
-    else
+    if constexpr (Sharded<X>) {
+      static_assert(std::remove_cvref_t<X>::partial_axes == 0, "xshard::graph: softmax of partial sums");
+      if constexpr (split<X> != 0)
+        return detail::split_softmax(a, dim<X>, split<X>);
+      else
+        return local_map(a, [](const auto& v) { return ::xshard::softmax(v, Dim); });
+    } else {
       return detail::plain_t<X>(::xshard::softmax(a, Dim));
+    }
   }
   template <std::size_t K, class G, class Y, class A>
   static auto vjp(G&& g, const vjp_context<Y, A>& c) {
-    if constexpr (Sharded<G>)
-      return local_zip(g, *c.y, [](const auto& u, const auto& y) { return ::xshard::softmax_backward(u, y, Dim); });
-    else
+    if constexpr (Sharded<G>) {
+      if constexpr (split<A> != 0)
+        return detail::split_softmax_backward(g, *c.y, dim<A>, split<A>);
+      else
+        return local_zip(g, *c.y, [](const auto& u, const auto& y) { return ::xshard::softmax_backward(u, y, Dim); });
+    } else {
       return detail::plain_t<A>(::xshard::softmax_backward(g, *c.y, Dim));
+    }
   }
-  template <class...>
+  template <class Y, class A>
   static consteval std::size_t forward_collectives() {
-    return 0;
+    return split<A> != 0 ? 2 : 0;
   }
-  template <class...>
+  template <class Y, class A>
   static consteval std::size_t backward_collectives() {
-    return 0;
+    return split<A> != 0 ? 1 : 0;
   }
 };
 
