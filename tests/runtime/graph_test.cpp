@@ -495,3 +495,62 @@ TEST(GraphSharded, SoftmaxOverTheModelSplitLastDim) { expect_split_softmax_equal
 TEST(GraphSharded, SoftmaxOverTheDataSplitFirstDim) { expect_split_softmax_equals_one_device<0>(); }
 
 }  // namespace
+
+namespace {
+
+// Sequence parallelism: activations split over the sequence on model
+// between blocks; an all-gather before the block (constrain) and a
+// reduce-scatter after it (einsum_to) instead of an all-reduce.
+struct sequence_parallel_def {
+  using M = xshard::mesh<"data=2, model=2">;
+  using input = xshard::sharded<double, 3, M, xshard::spec<"data, model, None">>;         // [b, s, d]
+  using params = std::tuple<xshard::sharded<double, 2, M, xshard::spec<"model, None">>,   // W1 [f, d]
+                            xshard::sharded<double, 2, M, xshard::spec<"None, model">>>;  // W2 [d, f]
+  static constexpr std::array<std::string_view, 2> param_names{"w_in", "w_out"};
+  template <class X, class W1, class W2>
+  static auto forward(X x, W1 w1, W2 w2) {
+    auto full = g::constrain<xshard::spec<"data, None, None">>(x);                     // all-gather the sequence
+    auto h = g::gelu(g::einsum<"bsd,fd->bsf">(full, w1));                              // column parallel
+    return x + g::einsum_to<"bsf,df->bsd", xshard::spec<"data, model, None">>(h, w2);  // reduce-scatter
+  }
+};
+struct sequence_plain_def {
+  using input = xt::xtensor<double, 3>;
+  using params = std::tuple<xt::xtensor<double, 2>, xt::xtensor<double, 2>>;
+  static constexpr std::array<std::string_view, 2> param_names{"w_in", "w_out"};
+  template <class X, class W1, class W2>
+  static auto forward(X x, W1 w1, W2 w2) {
+    auto h = g::gelu(g::einsum<"bsd,fd->bsf">(x, w1));
+    return x + g::einsum_to<"bsf,df->bsd", void>(h, w2);
+  }
+};
+
+TEST(GraphSharded, SequenceParallelBlockAllGathersAndReduceScatters) {
+  using L = g::layer<sequence_parallel_def>;
+  using P = g::layer<sequence_plain_def>;
+  static_assert(L::forward_collectives() == 2);
+  xt::random::seed(15);
+  const xt::xtensor<double, 3> x = randn<double, 3>({2, 4, 3}), gy = randn<double, 3>({2, 4, 3});
+  const xt::xtensor<double, 2> w1 = randn<double, 2>({6, 3}), w2 = randn<double, 2>({3, 6});
+  const auto one = P{}.forward(std::tuple{w1, w2}, x);
+  const auto one_grads = P{}.vjp(std::tuple{w1, w2}, one.second, gy);
+  xshard::thread_mesh<sequence_parallel_def::M> mesh;
+  mesh.run([&](auto& dev) {
+    const L::params p{xshard::distribute<xshard::spec<"model, None">>(dev, w1),
+                      xshard::distribute<xshard::spec<"None, model">>(dev, w2)};
+    const auto xs = xshard::distribute<xshard::spec<"data, model, None">>(dev, x);
+    dev.reset_counters();
+    const auto fwd = L{}.forward(p, xs);
+    EXPECT_EQ(dev.counters().total_calls(), L::forward_collectives());
+    EXPECT_EQ(dev.counters().calls_of(xshard::collective_kind::all_reduce), 0);
+    dev.reset_counters();
+    const auto grads = L{}.vjp(p, fwd.second, xshard::distribute<xshard::spec<"data, model, None">>(dev, gy));
+    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives());
+    EXPECT_LT(max_diff(xshard::gather(fwd.first), one.first), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(grads.second), one_grads.second), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(std::get<0>(grads.first)), std::get<0>(one_grads.first)), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(std::get<1>(grads.first)), std::get<1>(one_grads.first)), 1e-12);
+  });
+}
+
+}  // namespace

@@ -151,6 +151,8 @@ struct signature_of<einsum_op<Eq>> {
   static constexpr bool has = true;
   static constexpr checked<einsum_equation> eq = ::xshard::detail::parsed_equation<Eq>;
 };
+template <fixed_string Eq, class S>
+struct signature_of<einsum_to_op<Eq, S>> : signature_of<einsum_op<Eq>> {};
 template <fixed_string Name, fixed_string Sig, class Kernel>
 struct signature_of<custom_op<Name, Sig, Kernel>> {
   static constexpr bool has = true;

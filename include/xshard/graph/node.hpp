@@ -74,6 +74,11 @@ struct einsum_op {
   static constexpr bool needs_operands = true;
   static constexpr bool needs_output = false;
 };
+/// einsum<Eq> whose result is laid out by spec S as part of its plan (a
+/// reduce-scatter instead of an all-reduce, for sequence parallelism); on
+/// plain values, einsum<Eq>.
+template <fixed_string Eq, class S>
+struct einsum_to_op : einsum_op<Eq> {};
 enum class binary : std::uint8_t { add, sub, mul };
 template <binary B>
 struct binary_op {
@@ -159,6 +164,10 @@ struct named_op : Op {
 
 template <fixed_string Eq, Node... A>
 constexpr node<einsum_op<Eq>, std::remove_cvref_t<A>...> einsum(A...) {
+  return {};
+}
+template <fixed_string Eq, class S, Node... A>
+constexpr node<einsum_to_op<Eq, S>, std::remove_cvref_t<A>...> einsum_to(A...) {
   return {};
 }
 template <Node A, Node B>

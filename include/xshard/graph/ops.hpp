@@ -256,6 +256,26 @@ struct rule<einsum_op<Eq>> {
   }
 };
 
+template <fixed_string Eq, class S>
+struct rule<einsum_to_op<Eq, S>> : rule<einsum_op<Eq>> {
+  template <class... A>
+  static auto eval(const A&... a) {
+    if constexpr ((Sharded<A> && ...))
+      return ::xshard::einsum_to<Eq, S>(a...);
+    else
+      return ::xshard::einsum<Eq>(a...);
+  }
+  template <class Y, class... A>
+  static consteval std::size_t forward_collectives() {
+    if constexpr ((Sharded<A> && ...)) {
+      using M = typename std::remove_cvref_t<std::tuple_element_t<0, std::tuple<A...>>>::mesh_type;
+      return einsum_plan_to<Eq, M, S, typename std::remove_cvref_t<A>::spec_type...>().collective_count();
+    } else {
+      return 0;
+    }
+  }
+};
+
 template <binary B>
 struct rule<binary_op<B>> {
   template <class X, class Y>
