@@ -1,8 +1,8 @@
 // Layers written once (graph/): evaluation, the derived vjp against central
 // finite differences in double and against the hand-written mlp_block,
 // remat policies (what each keeps, identical gradients), scan_layers over a
-// graph layer, and the sharded MLP on 2x2 and 4x1 thread meshes (results
-// equal one device's, collective counters equal the plan).
+// graph layer, layer_norm, the causal mask, user kernels (also on a mesh),
+// errors naming the node, trace scopes. Sharded graphs: graph_sharded_test.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -216,78 +216,6 @@ TEST(Graph, ScanLayersOverAGraphLayerEqualsTheHandWrittenStack) {
   }
 }
 
-// ---- sharded: Megatron's data x model block on thread meshes
-
-template <class Mesh, std::size_t Forward, std::size_t Backward, bool WithHandWritten>
-void expect_sharded_mlp_equals_one_device() {
-  using T = double;
-  using Layout = xshard::data_model_mlp<Mesh>;
-  using L = g::layer<mlp_def<T, Layout>>;
-  using Ref = xshard::mlp_block<T, Layout>;
-  // The plan is derived from the graph. On 2x2: the block's forward
-  // all-reduce over model, and five in the backward (two bias sums and two
-  // weight gradients over data, the input gradient over model), as the
-  // hand-written block's plans say. On 4x1 the model axis has one device:
-  // no collective over it is planned.
-  static_assert(L::forward_collectives() == Forward && L::backward_collectives() == Backward);
-  xt::random::seed(7);
-  const auto p = mlp_params<T>(4, 8);
-  const xt::xtensor<T, 2> x = randn<T, 2>({8, 4}), gy = randn<T, 2>({8, 4});
-  graph_mlp<T> dense;
-  // (No structured bindings: Clang 14 cannot capture them.)
-  const auto run1 = dense.forward(p, x);
-  const xt::xtensor<T, 2> y1 = run1.first;
-  const auto grads1 = dense.vjp(p, run1.second, gy);
-  const auto& gp1 = grads1.first;
-  const xt::xtensor<T, 2> gx1 = grads1.second;
-  xshard::thread_mesh<Mesh> mesh;
-  mesh.run([&](auto& dev) {
-    typename L::params ps{xshard::distribute<typename Layout::w_in>(dev, std::get<0>(p)),
-                          xshard::distribute<typename Layout::b_in>(dev, std::get<1>(p)),
-                          xshard::distribute<typename Layout::w_out>(dev, std::get<2>(p)),
-                          xshard::distribute<typename Layout::b_out>(dev, std::get<3>(p))};
-    const auto xs = xshard::distribute<typename Layout::batch>(dev, x);
-    const auto gys = xshard::distribute<typename Layout::batch>(dev, gy);
-    dev.reset_counters();
-    L l;
-    auto [y, r] = l.forward(ps, xs);
-    EXPECT_EQ(dev.counters().total_calls(), L::forward_collectives());
-    dev.reset_counters();
-    auto [gp, gx] = l.vjp(ps, r, gys);
-    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives());
-    EXPECT_LT(max_diff(xshard::gather(y), y1), 1e-12);
-    EXPECT_LT(max_diff(xshard::gather(gx), gx1), 1e-12);
-    EXPECT_LT(max_diff(xshard::gather(std::get<0>(gp)), std::get<0>(gp1)), 1e-12);
-    EXPECT_LT(max_diff(xshard::gather(std::get<1>(gp)), std::get<1>(gp1)), 1e-12);
-    EXPECT_LT(max_diff(xshard::gather(std::get<2>(gp)), std::get<2>(gp1)), 1e-12);
-    EXPECT_LT(max_diff(xshard::gather(std::get<3>(gp)), std::get<3>(gp1)), 1e-12);
-    // Against the hand-written sharded block: bit for bit. (It needs the
-    // einsums' layouts to be its declared ones, which on a mesh whose model
-    // axis has size 1 they are not: the planner drops size-1 axes. The
-    // graph only needs equal blocks.)
-    if constexpr (WithHandWritten) {
-      Ref ref;
-      auto [y_ref, r_ref] = ref.forward(ps, xs);
-      auto [gp_ref, gx_ref] = ref.vjp(ps, r_ref, gys);
-      EXPECT_EQ(xshard::gather(y), xshard::gather(y_ref));
-      EXPECT_EQ(xshard::gather(gx), xshard::gather(gx_ref));
-      EXPECT_EQ(xshard::gather(std::get<0>(gp)), xshard::gather(std::get<0>(gp_ref)));
-      EXPECT_EQ(xshard::gather(std::get<3>(gp)), xshard::gather(std::get<3>(gp_ref)));
-    }
-  });
-}
-
-static_assert(
-    g::layer<mlp_def<double, xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>>::backward_collectives() ==
-    xshard::mlp_block<double, xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>::backward_collectives());
-
-TEST(GraphSharded, DataModelMlpOn2x2) {
-  expect_sharded_mlp_equals_one_device<xshard::mesh<"data=2, model=2">, 1, 5, true>();
-}
-TEST(GraphSharded, DataModelMlpOn4x1) {
-  expect_sharded_mlp_equals_one_device<xshard::mesh<"data=4, model=1">, 0, 4, false>();
-}
-
 }  // namespace
 
 namespace {
@@ -439,118 +367,49 @@ TEST(Graph, RunTimeErrorsNameTheNode) {
 
 namespace {
 
-// softmax over a dim split across devices (a vocabulary-parallel softmax):
-// partial max and sum all-reduces, never a gather of the dim.
-template <int Dim>
-struct split_softmax_def {
-  using M = xshard::mesh<"data=2, model=2">;
-  using input = xshard::sharded<double, 2, M, xshard::spec<"data, model">>;
-  using params = std::tuple<xshard::sharded<double, 1, M, xshard::spec<"model">>>;
-  static constexpr std::array<std::string_view, 1> param_names{"b"};
-  template <class X, class B>
-  static auto forward(X x, B b) {
-    return g::softmax<Dim>(x + b);
-  }
-};
-template <int Dim>
-struct plain_softmax_def {
+// A named trace scope around a sub-graph: one event per pass, enclosing the
+// events of the composites inside it (graph layers keep their trace
+// annotations, also under scan_layers: seed issue 8691).
+struct scoped_def {
   using input = xt::xtensor<double, 2>;
-  using params = std::tuple<xt::xtensor<double, 1>>;
-  static constexpr std::array<std::string_view, 1> param_names{"b"};
-  template <class X, class B>
-  static auto forward(X x, B b) {
-    return g::softmax<Dim>(x + b);
+  using params = std::tuple<xt::xtensor<double, 2>>;
+  static constexpr std::array<std::string_view, 1> param_names{"w"};
+  template <class X, class W>
+  static auto forward(X x, W w) {
+    return x + g::scope<"graph/mlp">(g::einsum<"...m,mn->...n">(g::gelu(g::einsum<"...n,mn->...m">(x, w)), w));
   }
 };
 
-template <int Dim>
-void expect_split_softmax_equals_one_device() {
-  using L = g::layer<split_softmax_def<Dim>>;
-  using P = g::layer<plain_softmax_def<Dim>>;
-  // Forward: the max and the sum over the split dim; backward: the sum of
-  // g y over it, and the bias gradient's sum over data.
-  static_assert(L::forward_collectives() == 2 && L::backward_collectives() == 2);
-  xt::random::seed(14);
-  const xt::xtensor<double, 2> x = randn<double, 2>({5, 9}) * 3.0, gy = randn<double, 2>({5, 9});
-  const xt::xtensor<double, 1> b = randn<double, 1>({9});
-  const auto one = P{}.forward(std::tuple{b}, x);
-  const auto one_grads = P{}.vjp(std::tuple{b}, one.second, gy);
-  xshard::thread_mesh<typename split_softmax_def<Dim>::M> mesh;
-  mesh.run([&](auto& dev) {
-    const typename L::params p{xshard::distribute<xshard::spec<"model">>(dev, b)};
-    const auto xs = xshard::distribute<xshard::spec<"data, model">>(dev, x);
-    dev.reset_counters();
-    const auto fwd = L{}.forward(p, xs);
-    EXPECT_EQ(dev.counters().total_calls(), L::forward_collectives());
-    dev.reset_counters();
-    const auto grads = L{}.vjp(p, fwd.second, xshard::distribute<xshard::spec<"data, model">>(dev, gy));
-    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives());
-    EXPECT_LT(max_diff(xshard::gather(fwd.first), one.first), 1e-12);
-    EXPECT_LT(max_diff(xshard::gather(grads.second), one_grads.second), 1e-12);
-    EXPECT_LT(max_diff(xshard::gather(std::get<0>(grads.first)), std::get<0>(one_grads.first)), 1e-12);
-  });
-}
-
-TEST(GraphSharded, SoftmaxOverTheModelSplitLastDim) { expect_split_softmax_equals_one_device<-1>(); }
-TEST(GraphSharded, SoftmaxOverTheDataSplitFirstDim) { expect_split_softmax_equals_one_device<0>(); }
-
-}  // namespace
-
-namespace {
-
-// Sequence parallelism: activations split over the sequence on model
-// between blocks; an all-gather before the block (constrain) and a
-// reduce-scatter after it (einsum_to) instead of an all-reduce.
-struct sequence_parallel_def {
-  using M = xshard::mesh<"data=2, model=2">;
-  using input = xshard::sharded<double, 3, M, xshard::spec<"data, model, None">>;         // [b, s, d]
-  using params = std::tuple<xshard::sharded<double, 2, M, xshard::spec<"model, None">>,   // W1 [f, d]
-                            xshard::sharded<double, 2, M, xshard::spec<"None, model">>>;  // W2 [d, f]
-  static constexpr std::array<std::string_view, 2> param_names{"w_in", "w_out"};
-  template <class X, class W1, class W2>
-  static auto forward(X x, W1 w1, W2 w2) {
-    auto full = g::constrain<xshard::spec<"data, None, None">>(x);                     // all-gather the sequence
-    auto h = g::gelu(g::einsum<"bsd,fd->bsf">(full, w1));                              // column parallel
-    return x + g::einsum_to<"bsf,df->bsd", xshard::spec<"data, model, None">>(h, w2);  // reduce-scatter
+TEST(Graph, TraceScopeEnclosesItsSubGraphForwardAndBackward) {
+  using L = g::layer<scoped_def>;
+  static_assert(L::program_type::has_scopes);
+  // The scope opens at the first einsum (node 2: x and w are 0 and 1) and
+  // closes after the second (node 4, the scoped one).
+  static_assert(L::program_type::scope_start[4] == 2);
+  auto& tracer = xshard::tracer::instance();
+  tracer.stop();
+  tracer.clear();
+  const L::params p{randn<double, 2>({3, 3})};
+  const xt::xtensor<double, 2> x = randn<double, 2>({2, 3});
+  tracer.start();
+  auto [y, r] = L{}.forward(p, x);
+  (void)L{}.vjp(p, r, y);
+  (void)xshard::scan_layers(L{}, xshard::stack_params<L>(std::vector<L::params>{p, p}), x);
+  tracer.stop();
+  std::vector<xshard::trace_event> scopes, gelus;
+  for (const auto& e : tracer.events()) {
+    if (e.name == "graph/mlp") scopes.push_back(e);
+    if (e.name == "xshard.gelu") gelus.push_back(e);
   }
-};
-struct sequence_plain_def {
-  using input = xt::xtensor<double, 3>;
-  using params = std::tuple<xt::xtensor<double, 2>, xt::xtensor<double, 2>>;
-  static constexpr std::array<std::string_view, 2> param_names{"w_in", "w_out"};
-  template <class X, class W1, class W2>
-  static auto forward(X x, W1 w1, W2 w2) {
-    auto h = g::gelu(g::einsum<"bsd,fd->bsf">(x, w1));
-    return x + g::einsum_to<"bsf,df->bsd", void>(h, w2);
-  }
-};
-
-TEST(GraphSharded, SequenceParallelBlockAllGathersAndReduceScatters) {
-  using L = g::layer<sequence_parallel_def>;
-  using P = g::layer<sequence_plain_def>;
-  static_assert(L::forward_collectives() == 2);
-  xt::random::seed(15);
-  const xt::xtensor<double, 3> x = randn<double, 3>({2, 4, 3}), gy = randn<double, 3>({2, 4, 3});
-  const xt::xtensor<double, 2> w1 = randn<double, 2>({6, 3}), w2 = randn<double, 2>({3, 6});
-  const auto one = P{}.forward(std::tuple{w1, w2}, x);
-  const auto one_grads = P{}.vjp(std::tuple{w1, w2}, one.second, gy);
-  xshard::thread_mesh<sequence_parallel_def::M> mesh;
-  mesh.run([&](auto& dev) {
-    const L::params p{xshard::distribute<xshard::spec<"model, None">>(dev, w1),
-                      xshard::distribute<xshard::spec<"None, model">>(dev, w2)};
-    const auto xs = xshard::distribute<xshard::spec<"data, model, None">>(dev, x);
-    dev.reset_counters();
-    const auto fwd = L{}.forward(p, xs);
-    EXPECT_EQ(dev.counters().total_calls(), L::forward_collectives());
-    EXPECT_EQ(dev.counters().calls_of(xshard::collective_kind::all_reduce), 0);
-    dev.reset_counters();
-    const auto grads = L{}.vjp(p, fwd.second, xshard::distribute<xshard::spec<"data, model, None">>(dev, gy));
-    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives());
-    EXPECT_LT(max_diff(xshard::gather(fwd.first), one.first), 1e-12);
-    EXPECT_LT(max_diff(xshard::gather(grads.second), one_grads.second), 1e-12);
-    EXPECT_LT(max_diff(xshard::gather(std::get<0>(grads.first)), std::get<0>(one_grads.first)), 1e-12);
-    EXPECT_LT(max_diff(xshard::gather(std::get<1>(grads.first)), std::get<1>(one_grads.first)), 1e-12);
-  });
+  ASSERT_EQ(scopes.size(), 4u);  // forward, backward, and two layers of the stack
+  EXPECT_TRUE(scopes[0].args.empty());
+  ASSERT_EQ(scopes[1].args.size(), 1u);
+  EXPECT_EQ(scopes[1].args[0].key, "pass");
+  ASSERT_FALSE(gelus.empty());
+  // The gelu of the first forward ran inside the first scope.
+  EXPECT_GE(gelus[0].ts_ns, scopes[0].ts_ns);
+  EXPECT_LE(gelus[0].ts_ns + gelus[0].dur_ns, scopes[0].ts_ns + scopes[0].dur_ns);
+  tracer.clear();
 }
 
 }  // namespace

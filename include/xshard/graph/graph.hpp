@@ -25,6 +25,7 @@
 
 #include <array>
 #include <cstddef>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,7 @@
 
 #include "../core/diagnostics.hpp"
 #include "../core/error.hpp"
+#include "../trace/trace.hpp"
 #include "node.hpp"
 #include "ops.hpp"
 
@@ -160,6 +162,8 @@ struct signature_of<custom_op<Name, Sig, Kernel>> {
 };
 template <fixed_string Name, class Op>
 struct signature_of<named_op<Name, Op>> : signature_of<Op> {};
+template <fixed_string Scope, class Op>
+struct signature_of<traced_op<Scope, Op>> : signature_of<Op> {};
 
 template <class Op>
 struct dims_of {
@@ -175,6 +179,8 @@ struct dims_of<causal_mask_op<Q, K>> {
 };
 template <fixed_string Name, class Op>
 struct dims_of<named_op<Name, Op>> : dims_of<Op> {};
+template <fixed_string Scope, class Op>
+struct dims_of<traced_op<Scope, Op>> : dims_of<Op> {};
 
 template <class Op>
 struct constrained_spec {
@@ -186,6 +192,8 @@ struct constrained_spec<constrain_op<S>> {
 };
 template <fixed_string Name, class Op>
 struct constrained_spec<named_op<Name, Op>> : constrained_spec<Op> {};
+template <fixed_string Scope, class Op>
+struct constrained_spec<traced_op<Scope, Op>> : constrained_spec<Op> {};
 
 /// The mesh of the first sharded type among Ts (void if none).
 template <class... Ts>
@@ -469,6 +477,43 @@ struct program {
   template <class Leaves>
   using values_t = values<nodes, Leaves>;
 
+  /// Trace scopes (graph::scope): node t's scope opens before node
+  /// scope_start[t] and closes after t: the run of nodes just before t that
+  /// t reaches (in operands-first order, the nodes computed for it).
+  static constexpr bool has_scopes = [] {
+    for (const node_info& n : g)
+      if (!n.trace.empty()) return true;
+    return false;
+  }();
+  static constexpr std::array<std::size_t, size> scope_start = [] {
+    std::array<std::size_t, size> start{};
+    for (std::size_t t = 0; t < size; ++t) {
+      start[t] = no_node;
+      if (g[t].trace.empty()) continue;
+      node_set<size> reach{};
+      reach[t] = true;
+      for (std::size_t j = t + 1; j-- > 0;)
+        if (reach[j])
+          for (std::size_t k = 0; k < g[j].arity; ++k) reach[g[j].operands[k]] = true;
+      std::size_t s = t;
+      while (s > 0 && reach[s - 1]) --s;
+      while (g[s].kind == op_kind::leaf) ++s;  // leaves are not computed: the scope opens at the first op
+      start[t] = s;
+    }
+    return start;
+  }();
+  using scopes_t = std::array<std::optional<trace_me>, has_scopes ? size : 0>;
+  static void open_scopes([[maybe_unused]] scopes_t& open, [[maybe_unused]] std::size_t i) {
+    if constexpr (has_scopes)
+      for (std::size_t t = size; t-- > i;)
+        if (scope_start[t] == i) open[t].emplace(g[t].trace);
+  }
+  static void close_scopes_from([[maybe_unused]] scopes_t& open, [[maybe_unused]] std::size_t i) {
+    if constexpr (has_scopes)
+      for (std::size_t t = i; t < size; ++t)
+        if (scope_start[t] == i) open[t].reset();
+  }
+
   template <std::size_t I, std::size_t K, bool Move, class V>
   static decltype(auto) operand(V& v) {
     constexpr std::size_t j = g[I].operands[K];
@@ -520,6 +565,7 @@ struct program {
     values_t<Leaves> v;
     bind_leaves<Leaves>(v, std::tuple<const X*, const P*...>(std::addressof(x), std::addressof(p)...));
     residuals r;
+    scopes_t scopes;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (
           [&] {
@@ -529,7 +575,10 @@ struct program {
                 v.shapes[I] = shape_of(x);
               }
             } else {
+              open_scopes(scopes, I);
               compute<I, Policy>(v);
+              if constexpr (has_scopes)
+                if (!g[I].trace.empty()) scopes[I].reset();
             }
           }(),
           ...);
@@ -599,8 +648,18 @@ struct program {
     }
     (std::make_index_sequence<size>{});
     std::get<size - 1>(ct).emplace(gy);
-    [&]<std::size_t... J>(std::index_sequence<J...>) { (pullback<size - 1 - J>(v, ct), ...); }
-    (std::make_index_sequence<size>{});
+    scopes_t scopes;
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (
+          [&] {
+            constexpr std::size_t i = size - 1 - J;
+            if constexpr (has_scopes)
+              if (!g[i].trace.empty()) scopes[i].emplace(g[i].trace, std::initializer_list<trace_arg_view>{{"pass", "backward"}});
+            pullback<i>(v, ct);
+            close_scopes_from(scopes, i);
+          }(),
+          ...);
+    }(std::make_index_sequence<size>{});
     return ct;
   }
 

@@ -159,6 +159,14 @@ struct named_op : Op {
   static constexpr std::string_view name = Name.view();
 };
 
+/// Op inside a named trace scope: graph::scope<"attention">(expr) wraps
+/// the evaluation of expr's node and of the nodes computed only for it
+/// (its sub-graph) in one trace event, forward and backward.
+template <fixed_string Scope, class Op>
+struct traced_op : Op {
+  static constexpr std::string_view trace_name = Scope.view();
+};
+
 // ---------------------------------------------------------------------------
 // Building nodes.
 
@@ -218,6 +226,12 @@ template <fixed_string Name, class Op, class... A>
 constexpr node<named_op<Name, Op>, A...> save(node<Op, A...>) {
   static_assert(Op::kind != op_kind::leaf,
                 "xshard::graph::save: name an op's value, not a leaf (leaves are kept anyway)");
+  return {};
+}
+
+template <fixed_string Scope, class Op, class... A>
+constexpr node<traced_op<Scope, Op>, A...> scope(node<Op, A...>) {
+  static_assert(Op::kind != op_kind::leaf, "xshard::graph::scope: trace an op's sub-graph, not a leaf");
   return {};
 }
 
@@ -292,6 +306,7 @@ struct node_info {
   std::array<std::size_t, max_arity> operands{no_node, no_node, no_node, no_node};
   std::string_view text;        // the op: its equation (einsum), name (custom) or kind
   std::string_view name;        // given by graph::save
+  std::string_view trace;       // the trace scope it closes (graph::scope)
   bool needs_operands = false;  // its vjp reads its operands' values
   bool needs_output = false;    // its vjp reads its own value
 };
@@ -311,13 +326,22 @@ constexpr std::string_view name_of() {
     return {};
 }
 
+template <class Op>
+constexpr std::string_view trace_of() {
+  if constexpr (requires { Op::trace_name; })
+    return Op::trace_name;
+  else
+    return {};
+}
+
 template <class N, class L>
 struct info_of;
 template <class Op, class... A, class L>
 struct info_of<node<Op, A...>, L> {
   static_assert(sizeof...(A) <= max_arity, "xshard::graph: an op has at most 4 operands");
-  static constexpr node_info value{Op::kind, leaf_index_of<Op>(), sizeof...(A),       {index_in_v<A, L>...},
-                                   Op::text, name_of<Op>(),       Op::needs_operands, Op::needs_output};
+  static constexpr node_info value{Op::kind,      leaf_index_of<Op>(), sizeof...(A),      {index_in_v<A, L>...},
+                                   Op::text,      name_of<Op>(),       trace_of<Op>(),     Op::needs_operands,
+                                   Op::needs_output};
 };
 
 template <class L>

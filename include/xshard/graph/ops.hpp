@@ -846,8 +846,10 @@ struct rule<constrain_op<S>> {
   }
 };
 
-/// A named value is its op's.
+/// A named or traced value is its op's.
 template <fixed_string Name, class Op>
 struct rule<named_op<Name, Op>> : rule<Op> {};
+template <fixed_string Scope, class Op>
+struct rule<traced_op<Scope, Op>> : rule<Op> {};
 
 }  // namespace xshard::graph
