@@ -1,7 +1,8 @@
 // The MPI backend, run under mpiexec (tests/CMakeLists.txt registers it):
 //
-//   spmd_mpi_test 4       the 4-device meshes  (mpiexec -n 4), and the
+//   spmd_mpi_test 4       the 4-device meshes  (mpiexec -n 4), the
 //                         sharded-tensor cases of tests/spmd/sharded_cases.hpp
+//                         and the graph-layer cases of tests/spmd/graph_cases.hpp
 //   spmd_mpi_test 8       the 8-device meshes  (mpiexec -n 8 --oversubscribe)
 //   spmd_mpi_test abort   a body throws on position 1 while the others wait
 //                         in a collective: every rank must end (MPI_Abort),
@@ -31,6 +32,7 @@
 #include <xshard/spmd/mpi_mesh.hpp>
 
 #include "../spmd/collective_cases.hpp"
+#include "../spmd/graph_cases.hpp"
 #include "../spmd/sharded_cases.hpp"
 
 namespace {
@@ -130,6 +132,11 @@ int main(int argc, char** argv) {
       failures += run_mesh<xshard::mesh<"x=2, y=2", 3, 2, 1, 0>>();
       xshard::mpi_mesh<xshard::mesh<"x=2, y=2">> devices;
       for (const std::string& f : xshard_test::run_sharded_cases(devices)) {
+        std::fprintf(stderr, "FAIL rank %d: %s\n", rank_of_world(), f.c_str());
+        ++failures;
+      }
+      xshard::mpi_mesh<xshard_test::graph_mesh> graph_devices;
+      for (const std::string& f : xshard_test::run_graph_cases(graph_devices)) {
         std::fprintf(stderr, "FAIL rank %d: %s\n", rank_of_world(), f.c_str());
         ++failures;
       }

@@ -15,6 +15,8 @@
 #include <xshard/spmd/thread_mesh.hpp>
 #include <xtensor/xrandom.hpp>
 
+#include "../spmd/graph_cases.hpp"
+
 namespace {
 
 namespace g = xshard::graph;
@@ -231,6 +233,17 @@ TEST(GraphSharded, SequenceParallelBlockAllGathersAndReduceScatters) {
     EXPECT_LT(max_diff(xshard::gather(std::get<0>(grads.first)), std::get<0>(one_grads.first)), 1e-12);
     EXPECT_LT(max_diff(xshard::gather(std::get<1>(grads.first)), std::get<1>(one_grads.first)), 1e-12);
   });
+}
+
+}  // namespace
+
+namespace {
+
+// The cases the MPI test program runs too (tests/spmd/graph_cases.hpp), on
+// the thread backend.
+TEST(GraphSharded, SharedCasesOnTheThreadBackend) {
+  xshard::thread_mesh<xshard_test::graph_mesh> devices;
+  for (const std::string& f : xshard_test::run_graph_cases(devices)) ADD_FAILURE() << f;
 }
 
 }  // namespace
