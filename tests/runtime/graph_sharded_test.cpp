@@ -16,36 +16,11 @@
 #include <xtensor/xrandom.hpp>
 
 #include "../spmd/graph_cases.hpp"
+#include "../support/graph_helpers.hpp"
 
 namespace {
 
-namespace g = xshard::graph;
-
-// ---- the MLP block, written once for any layout (graph/mlp.hpp)
-
-template <class T, class Layout = xshard::replicated_mlp>
-using mlp_def = g::mlp_def<T, Layout>;
-
-template <class T>
-using graph_mlp = g::layer<mlp_def<T>>;
-
-static_assert(xshard::layer<graph_mlp<float>>);
-static_assert(xshard::stackable_layer<graph_mlp<double>>);
-
-template <class T, std::size_t R>
-xt::xtensor<T, R> randn(const std::array<std::size_t, R>& shape) {
-  return xt::random::randn<T>(shape);
-}
-
-template <class T>
-typename graph_mlp<T>::params mlp_params(std::size_t d, std::size_t f) {
-  return {randn<T, 2>({f, d}), randn<T, 1>({f}), randn<T, 2>({d, f}), randn<T, 1>({d})};
-}
-
-template <class A, class B>
-double max_diff(const A& a, const B& b) {
-  return xt::amax(xt::abs(a - b))();
-}
+using namespace xshard_test;
 
 template <class Mesh, std::size_t Forward, std::size_t Backward, bool WithHandWritten>
 void expect_sharded_mlp_equals_one_device() {

@@ -654,12 +654,14 @@ struct program {
           [&] {
             constexpr std::size_t i = size - 1 - J;
             if constexpr (has_scopes)
-              if (!g[i].trace.empty()) scopes[i].emplace(g[i].trace, std::initializer_list<trace_arg_view>{{"pass", "backward"}});
+              if (!g[i].trace.empty())
+                scopes[i].emplace(g[i].trace, std::initializer_list<trace_arg_view>{{"pass", "backward"}});
             pullback<i>(v, ct);
             close_scopes_from(scopes, i);
           }(),
           ...);
-    }(std::make_index_sequence<size>{});
+    }
+    (std::make_index_sequence<size>{});
     return ct;
   }
 
@@ -720,37 +722,29 @@ struct program {
 
   // ---- collectives (sharded values), from the plans of each op
 
-  template <std::size_t I>
-  static consteval std::size_t forward_collectives_of() {
+  /// Node I's collectives in the forward (Backward = false) or backward.
+  template <bool Backward, std::size_t I>
+  static consteval std::size_t collectives_of() {
     if constexpr (g[I].kind == op_kind::leaf)
       return 0;
     else
       return [&]<std::size_t... K>(std::index_sequence<K...>) {
-        return rule<op_t<I>>::template forward_collectives<value_t<node_t<I>, Decl>,
-                                                           value_t<node_t<g[I].operands[K]>, Decl>...>();
+        using Y = value_t<node_t<I>, Decl>;
+        if constexpr (Backward)
+          return rule<op_t<I>>::template backward_collectives<Y, value_t<node_t<g[I].operands[K]>, Decl>...>();
+        else
+          return rule<op_t<I>>::template forward_collectives<Y, value_t<node_t<g[I].operands[K]>, Decl>...>();
       }
     (std::make_index_sequence<g[I].arity>{});
   }
-  template <std::size_t I>
-  static consteval std::size_t backward_collectives_of() {
-    if constexpr (g[I].kind == op_kind::leaf)
-      return 0;
-    else
-      return [&]<std::size_t... K>(std::index_sequence<K...>) {
-        return rule<op_t<I>>::template backward_collectives<value_t<node_t<I>, Decl>,
-                                                            value_t<node_t<g[I].operands[K]>, Decl>...>();
-      }
-    (std::make_index_sequence<g[I].arity>{});
+  template <bool Backward>
+  static consteval std::size_t collectives() {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return (collectives_of<Backward, I>() + ... + 0); }
+    (std::make_index_sequence<size>{});
   }
   /// Collectives per forward and per backward on every device.
-  static consteval std::size_t forward_collectives() {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) { return (forward_collectives_of<I>() + ... + 0); }
-    (std::make_index_sequence<size>{});
-  }
-  static consteval std::size_t backward_collectives() {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) { return (backward_collectives_of<I>() + ... + 0); }
-    (std::make_index_sequence<size>{});
-  }
+  static consteval std::size_t forward_collectives() { return collectives<false>(); }
+  static consteval std::size_t backward_collectives() { return collectives<true>(); }
 };
 
 // ---------------------------------------------------------------------------

@@ -55,25 +55,28 @@ enum class op_kind : std::uint8_t { leaf, einsum, elementwise, composite, constr
 // ---------------------------------------------------------------------------
 // Ops (the tags; their evaluation and vjp are in graph/ops.hpp).
 
+/// What the graph's machinery reads of an op tag: its kind, its text in
+/// messages (the equation, the kernel's name, or the op), and which values
+/// its vjp reads.
+template <op_kind Kind, fixed_string Text, bool NeedsOperands = false, bool NeedsOutput = false>
+struct op_traits {
+  static constexpr op_kind kind = Kind;
+  static constexpr std::string_view text = Text.view();
+  static constexpr bool needs_operands = NeedsOperands;
+  static constexpr bool needs_output = NeedsOutput;
+};
+
 /// Leaf I of a layer: 0 is the input, 1.. the parameters in order.
 template <std::size_t I>
-struct arg_op {
-  static constexpr op_kind kind = op_kind::leaf;
+struct arg_op : op_traits<op_kind::leaf, "leaf"> {
   static constexpr std::string_view text = I == 0 ? "input" : "parameter";
-  static constexpr bool needs_operands = false;
-  static constexpr bool needs_output = false;
   static constexpr std::size_t index = I;
 };
 template <std::size_t I>
 using arg = node<arg_op<I>>;
 
 template <fixed_string Eq>
-struct einsum_op {
-  static constexpr op_kind kind = op_kind::einsum;
-  static constexpr std::string_view text = Eq.view();
-  static constexpr bool needs_operands = true;
-  static constexpr bool needs_output = false;
-};
+struct einsum_op : op_traits<op_kind::einsum, Eq, true> {};
 /// einsum<Eq> whose result is laid out by spec S as part of its plan (a
 /// reduce-scatter instead of an all-reduce, for sequence parallelism); on
 /// plain values, einsum<Eq>.
@@ -81,77 +84,41 @@ template <fixed_string Eq, class S>
 struct einsum_to_op : einsum_op<Eq> {};
 enum class binary : std::uint8_t { add, sub, mul };
 template <binary B>
-struct binary_op {
-  static constexpr op_kind kind = op_kind::elementwise;
-  static constexpr std::string_view text = B == binary::add ? "+" : B == binary::sub ? "-" : "*";
-  static constexpr bool needs_operands = B == binary::mul;
-  static constexpr bool needs_output = false;
-};
+struct binary_op : op_traits<op_kind::elementwise,
+                             B == binary::add   ? fixed_string("+")
+                             : B == binary::sub ? fixed_string("-")
+                                                : fixed_string("*"),
+                             B == binary::mul> {};
 /// Multiplication by the constant C::value (a type, so the graph stays a
 /// type: ratio<1, 8>, or any struct with a static constexpr value).
 template <class C>
-struct scale_op {
-  static constexpr op_kind kind = op_kind::elementwise;
-  static constexpr std::string_view text = "scale";
-  static constexpr bool needs_operands = false;
-  static constexpr bool needs_output = false;
-};
+struct scale_op : op_traits<op_kind::elementwise, "scale"> {};
 template <std::intmax_t Num, std::intmax_t Den = 1>
 struct ratio {
   static constexpr double value = double(Num) / double(Den);
 };
 enum class gelu_kind : std::uint8_t { none, tanh };
 template <gelu_kind A>
-struct gelu_op {
-  static constexpr op_kind kind = op_kind::composite;
-  static constexpr std::string_view text = "gelu";
-  static constexpr bool needs_operands = true;
-  static constexpr bool needs_output = false;
-};
+struct gelu_op : op_traits<op_kind::composite, "gelu", true> {};
 template <int Dim>
-struct softmax_op {
-  static constexpr op_kind kind = op_kind::composite;
-  static constexpr std::string_view text = "softmax";
-  static constexpr bool needs_operands = false;
-  static constexpr bool needs_output = true;
-};
+struct softmax_op : op_traits<op_kind::composite, "softmax", false, true> {};
 /// layer_norm over the last dim (no weight or bias: multiply and add them
 /// as nodes), eps = Eps::value.
 template <class Eps>
-struct layer_norm_op {
-  static constexpr op_kind kind = op_kind::composite;
-  static constexpr std::string_view text = "layer_norm";
-  static constexpr bool needs_operands = true;
-  static constexpr bool needs_output = false;
-};
+struct layer_norm_op : op_traits<op_kind::composite, "layer_norm", true> {};
 /// A causal mask: where(k <= q, x, -inf) along dims QDim (queries) and
 /// KDim (keys) of x (negative dims count from the end).
 template <int QDim, int KDim>
-struct causal_mask_op {
-  static constexpr op_kind kind = op_kind::elementwise;
-  static constexpr std::string_view text = "causal_mask";
-  static constexpr bool needs_operands = false;
-  static constexpr bool needs_output = false;
-};
+struct causal_mask_op : op_traits<op_kind::elementwise, "causal_mask"> {};
 /// A user kernel (JAX's custom_partitioning at compile time): its name,
 /// an einsum-like signature ("bsd,d->bsd") that gives its shape rule and
 /// its sharding rule, and Kernel's forward and vjp (graph/ops.hpp).
 template <fixed_string Name, fixed_string Signature, class Kernel>
-struct custom_op {
-  static constexpr op_kind kind = op_kind::custom;
-  static constexpr std::string_view text = Name.view();
-  static constexpr bool needs_operands = true;
-  static constexpr bool needs_output = true;
-};
+struct custom_op : op_traits<op_kind::custom, Name, true, true> {};
 /// Redistribution to spec S (torch_xla's mark_sharding inside a graph);
 /// the identity on plain tensors.
 template <class S>
-struct constrain_op {
-  static constexpr op_kind kind = op_kind::constrain;
-  static constexpr std::string_view text = "constrain";
-  static constexpr bool needs_operands = false;
-  static constexpr bool needs_output = false;
-};
+struct constrain_op : op_traits<op_kind::constrain, "constrain"> {};
 /// Op, its value named for named remat policies (JAX's checkpoint_name):
 /// graph::save<"h">(expr) names expr's own node, so naming adds no node.
 template <fixed_string Name, class Op>
@@ -339,8 +306,8 @@ struct info_of;
 template <class Op, class... A, class L>
 struct info_of<node<Op, A...>, L> {
   static_assert(sizeof...(A) <= max_arity, "xshard::graph: an op has at most 4 operands");
-  static constexpr node_info value{Op::kind,      leaf_index_of<Op>(), sizeof...(A),      {index_in_v<A, L>...},
-                                   Op::text,      name_of<Op>(),       trace_of<Op>(),     Op::needs_operands,
+  static constexpr node_info value{Op::kind,        leaf_index_of<Op>(), sizeof...(A),   {index_in_v<A, L>...},
+                                   Op::text,        name_of<Op>(),       trace_of<Op>(), Op::needs_operands,
                                    Op::needs_output};
 };
 

@@ -226,6 +226,18 @@ constexpr void check_sharded_binary() {
 template <class Op>
 struct rule;
 
+/// The collectives of an op that runs on each device's block alone: none.
+struct local_op {
+  template <class...>
+  static consteval std::size_t forward_collectives() {
+    return 0;
+  }
+  template <class...>
+  static consteval std::size_t backward_collectives() {
+    return 0;
+  }
+};
+
 template <fixed_string Eq>
 struct rule<einsum_op<Eq>> {
   template <class... A>
@@ -388,7 +400,7 @@ struct rule<binary_op<B>> {
 };
 
 template <class C>
-struct rule<scale_op<C>> {
+struct rule<scale_op<C>> : local_op {
   template <class X>
   static auto eval(const X& a) {
     using T = detail::element_t<X>;
@@ -401,18 +413,10 @@ struct rule<scale_op<C>> {
   static auto vjp(G&& g, const vjp_context<Y, A>&) {
     return eval(g);
   }
-  template <class...>
-  static consteval std::size_t forward_collectives() {
-    return 0;
-  }
-  template <class...>
-  static consteval std::size_t backward_collectives() {
-    return 0;
-  }
 };
 
 template <gelu_kind K0>
-struct rule<gelu_op<K0>> {
+struct rule<gelu_op<K0>> : local_op {
   static constexpr gelu_approximate approximate =
       K0 == gelu_kind::none ? gelu_approximate::none : gelu_approximate::tanh;
   template <class X>
@@ -429,14 +433,6 @@ struct rule<gelu_op<K0>> {
                        [](const auto& u, const auto& h) { return ::xshard::gelu_backward(u, h, approximate); });
     else
       return detail::plain_t<A>(::xshard::gelu_backward(g, c.template operand<0>(), approximate));
-  }
-  template <class...>
-  static consteval std::size_t forward_collectives() {
-    return 0;
-  }
-  template <class...>
-  static consteval std::size_t backward_collectives() {
-    return 0;
   }
 };
 
@@ -616,7 +612,7 @@ void for_each_qk(const S& shape, std::size_t qd, std::size_t kd, F&& f) {
 }  // namespace detail
 
 template <class Eps>
-struct rule<layer_norm_op<Eps>> {
+struct rule<layer_norm_op<Eps>> : local_op {
   template <class X>
   static auto eval(const X& a) {
     detail::require_unsharded_dims<X, detail::rank_v<X> - 1>("layer_norm");
@@ -630,18 +626,10 @@ struct rule<layer_norm_op<Eps>> {
       return ::xshard::layer_norm_backward(u, x, stats.mean, stats.rstd).input;
     });
   }
-  template <class...>
-  static consteval std::size_t forward_collectives() {
-    return 0;
-  }
-  template <class...>
-  static consteval std::size_t backward_collectives() {
-    return 0;
-  }
 };
 
 template <int QDim, int KDim>
-struct rule<causal_mask_op<QDim, KDim>> {
+struct rule<causal_mask_op<QDim, KDim>> : local_op {
   template <class X>
   static constexpr std::size_t q = detail::dim_index<QDim, detail::rank_v<X>>();
   template <class X>
@@ -664,14 +652,6 @@ struct rule<causal_mask_op<QDim, KDim>> {
   template <std::size_t K, class G, class Y, class A>
   static auto vjp(G&& g, const vjp_context<Y, A>&) {
     return detail::on_blocks(g, [](const auto& v) { return masked(v, 0); });
-  }
-  template <class...>
-  static consteval std::size_t forward_collectives() {
-    return 0;
-  }
-  template <class...>
-  static consteval std::size_t backward_collectives() {
-    return 0;
   }
 };
 
