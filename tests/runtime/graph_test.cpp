@@ -184,9 +184,12 @@ TEST(Graph, ScanLayersOverAGraphLayerEqualsTheHandWrittenStack) {
   const xt::xtensor<T, 2> x = randn<T, 2>({5, 4}), gy = randn<T, 2>({5, 4});
   auto stacked = xshard::stack_params<graph_mlp<T>>(layers);
   auto stacked_ref = xshard::stack_params<xshard::mlp_block<T>>(layers);
+  // The layers outlive the pullbacks (which keep a pointer to them).
+  const graph_mlp<T> layer;
+  const xshard::mlp_block<T> layer_ref;
   for (const xshard::remat policy : {xshard::remat::save_all, xshard::remat::recompute, xshard::remat::dots_saveable}) {
-    auto [y, pullback] = xshard::scan_layers_vjp(graph_mlp<T>{}, stacked, x, policy);
-    auto [y_ref, pullback_ref] = xshard::scan_layers_vjp(xshard::mlp_block<T>{}, stacked_ref, x, policy);
+    auto [y, pullback] = xshard::scan_layers_vjp(layer, stacked, x, policy);
+    auto [y_ref, pullback_ref] = xshard::scan_layers_vjp(layer_ref, stacked_ref, x, policy);
     EXPECT_EQ(y, y_ref);
     const auto [gp, gx] = pullback(gy);
     const auto [gp_ref, gx_ref] = pullback_ref(gy);
