@@ -222,3 +222,65 @@ TEST(GraphSharded, SharedCasesOnTheThreadBackend) {
 }
 
 }  // namespace
+
+namespace {
+
+// layer_norm over a last dim split across devices (partial sums) and over
+// an unsplit one, times a gain along it.
+template <xshard::fixed_string XSpec, xshard::fixed_string GSpec>
+struct norm_def {
+  using M = xshard::mesh<"data=2, model=2">;
+  using input = xshard::sharded<double, 2, M, xshard::spec<XSpec>>;
+  using params = std::tuple<xshard::sharded<double, 1, M, xshard::spec<GSpec>>>;
+  static constexpr std::array<std::string_view, 1> param_names{"gain"};
+  template <class X, class G>
+  static auto forward(X x, G gain) {
+    return g::layer_norm(x) * gain;
+  }
+};
+struct norm_plain_def {
+  using input = xt::xtensor<double, 2>;
+  using params = std::tuple<xt::xtensor<double, 1>>;
+  static constexpr std::array<std::string_view, 1> param_names{"gain"};
+  template <class X, class G>
+  static auto forward(X x, G gain) {
+    return g::layer_norm(x) * gain;
+  }
+};
+
+template <xshard::fixed_string XSpec, xshard::fixed_string GSpec, std::size_t Forward, std::size_t Backward>
+void expect_layer_norm_equals_one_device() {
+  using L = g::layer<norm_def<XSpec, GSpec>>;
+  using P = g::layer<norm_plain_def>;
+  static_assert(L::forward_collectives() == Forward && L::backward_collectives() == Backward);
+  xt::random::seed(16);
+  const xt::xtensor<double, 2> x = randn<double, 2>({5, 9}) * 2.0 + 1.0, gy = randn<double, 2>({5, 9});
+  const xt::xtensor<double, 1> gain = randn<double, 1>({9});
+  const auto one = P{}.forward(std::tuple{gain}, x);
+  const auto one_grads = P{}.vjp(std::tuple{gain}, one.second, gy);
+  xshard::thread_mesh<typename norm_def<XSpec, GSpec>::M> mesh;
+  mesh.run([&](auto& dev) {
+    const typename L::params p{xshard::distribute<xshard::spec<GSpec>>(dev, gain)};
+    const auto xs = xshard::distribute<xshard::spec<XSpec>>(dev, x);
+    dev.reset_counters();
+    const auto fwd = L{}.forward(p, xs);
+    EXPECT_EQ(dev.counters().total_calls(), L::forward_collectives());
+    dev.reset_counters();
+    const auto grads = L{}.vjp(p, fwd.second, xshard::distribute<xshard::spec<XSpec>>(dev, gy));
+    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives());
+    EXPECT_LT(max_diff(xshard::gather(fwd.first), one.first), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(grads.second), one_grads.second), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(std::get<0>(grads.first)), std::get<0>(one_grads.first)), 1e-12);
+  });
+}
+
+// Split over model (9 columns: 5 and 4): two all-reduces for the mean and
+// variance; backward: those again and one for the two means, plus the
+// gain's sum over data.
+TEST(GraphSharded, LayerNormOverTheModelSplitLastDim) {
+  expect_layer_norm_equals_one_device<"data, model", "model", 2, 4>();
+}
+// Unsplit last dim: no collective for the norm; the gain's sum over data.
+TEST(GraphSharded, LayerNormOverAnUnsplitLastDim) { expect_layer_norm_equals_one_device<"data, None", "None", 0, 1>(); }
+
+}  // namespace

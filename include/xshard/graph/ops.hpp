@@ -365,8 +365,13 @@ struct rule<binary_op<B>> {
           return DG(std::forward<G>(g));
         else if constexpr (B == binary::sub)
           return local_map(g, [](const auto& v) { return -v; });
-        else
+        else if constexpr (K == 0 && detail::is_bias_of<A0, A1>()) {
+          DG r(g);  // g times the rank-1 operand along the last dim
+          r.local() *= c.template operand<1>().local();
+          return r;
+        } else {
           return local_zip(g, c.template operand<1 - K>(), [](const auto& u, const auto& v) { return u * v; });
+        }
       };
       if constexpr (detail::is_bias_of<G, A>())
         return einsum_to<"...m->m", typename D::spec_type>(scaled());
@@ -611,20 +616,116 @@ void for_each_qk(const S& shape, std::size_t qd, std::size_t kd, F&& f) {
 
 }  // namespace detail
 
+namespace detail {
+
+/// Per-row mean and 1/sqrt(var + eps) over the last dim of a block whose
+/// last dim is split over `axes` (two all-reduces: the sums, then the
+/// centred squares, as the two-pass formula the composite uses).
+template <class X>
+std::pair<std::vector<typename X::value_type>, std::vector<typename X::value_type>> split_norm_stats(const X& x,
+                                                                                                     axis_set axes,
+                                                                                                     double eps) {
+  using T = typename X::value_type;
+  const auto& v = x.local();
+  const around_dim s(v.shape(), X::rank - 1);
+  const T n = static_cast<T>(x.global_shape()[X::rank - 1]);
+  std::vector<T> mean(s.outer, T(0)), rstd(s.outer, T(0));
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k) mean[o] += v.data()[s.at(o, k, 0)];
+  const auto& dev = x.device();
+  dev.all_reduce(dev.device, std::span<T>(mean), reduce_op::sum, axes);
+  for (T& m : mean) m /= n;
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k) {
+      const T c = v.data()[s.at(o, k, 0)] - mean[o];
+      rstd[o] += c * c;
+    }
+  dev.all_reduce(dev.device, std::span<T>(rstd), reduce_op::sum, axes);
+  for (T& r : rstd) r = T(1) / std::sqrt(r / n + static_cast<T>(eps));
+  return {std::move(mean), std::move(rstd)};
+}
+
+/// layer_norm over a last dim split over `axes`.
+template <class X>
+auto split_layer_norm(const X& x, axis_set axes, double eps) {
+  using T = typename X::value_type;
+  const auto [mean, rstd] = split_norm_stats(x, axes, eps);
+  const auto& v = x.local();
+  const around_dim s(v.shape(), X::rank - 1);
+  xt::xtensor<T, X::rank> y = xt::xtensor<T, X::rank>::from_shape(v.shape());
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k) y.data()[s.at(o, k, 0)] = (v.data()[s.at(o, k, 0)] - mean[o]) * rstd[o];
+  return std::remove_cvref_t<X>(x.device(), x.global_shape(), std::move(y));
+}
+
+/// Its vjp: dx = rstd (g - mean(g) - xhat mean(g xhat)), the statistics
+/// recomputed and the two means all-reduced together.
+template <class G, class X>
+auto split_layer_norm_backward(const G& g, const X& x, axis_set axes, double eps) {
+  using T = typename X::value_type;
+  const auto [mean, rstd] = split_norm_stats(x, axes, eps);
+  const auto& v = x.local();
+  const auto& gv = g.local();
+  const around_dim s(v.shape(), X::rank - 1);
+  const T n = static_cast<T>(x.global_shape()[X::rank - 1]);
+  std::vector<T> sums(2 * s.outer, T(0));  // sum g, then sum g xhat
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k) {
+      const std::size_t j = s.at(o, k, 0);
+      sums[o] += gv.data()[j];
+      sums[s.outer + o] += gv.data()[j] * (v.data()[j] - mean[o]) * rstd[o];
+    }
+  const auto& dev = x.device();
+  dev.all_reduce(dev.device, std::span<T>(sums), reduce_op::sum, axes);
+  xt::xtensor<T, X::rank> dx = xt::xtensor<T, X::rank>::from_shape(v.shape());
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k) {
+      const std::size_t j = s.at(o, k, 0);
+      const T xhat = (v.data()[j] - mean[o]) * rstd[o];
+      dx.data()[j] = rstd[o] * (gv.data()[j] - sums[o] / n - xhat * sums[s.outer + o] / n);
+    }
+  return std::remove_cvref_t<X>(x.device(), x.global_shape(), std::move(dx));
+}
+
+}  // namespace detail
+
+/// layer_norm over the last dim; over a last dim split across devices by
+/// partial sums (two all-reduces in the forward; three in the backward,
+/// which recomputes the statistics).
 template <class Eps>
-struct rule<layer_norm_op<Eps>> : local_op {
+struct rule<layer_norm_op<Eps>> {
+  template <class X>
+  static constexpr axis_set split = [] {
+    if constexpr (Sharded<X>)
+      return detail::splitting_axes<X>(std::remove_cvref_t<X>::rank - 1);
+    else
+      return axis_set{0};
+  }();
   template <class X>
   static auto eval(const X& a) {
-    detail::require_unsharded_dims<X, detail::rank_v<X> - 1>("layer_norm");
-    return detail::on_blocks(a, [](const auto& v) { return ::xshard::layer_norm(v, Eps::value).output; });
+    if constexpr (split<X> != 0)
+      return detail::split_layer_norm(a, split<X>, Eps::value);
+    else
+      return detail::on_blocks(a, [](const auto& v) { return ::xshard::layer_norm(v, Eps::value).output; });
   }
-  /// The statistics are recomputed from x (one pass) rather than kept.
+  /// The statistics are recomputed from x rather than kept.
   template <std::size_t K, class G, class Y, class A>
   static auto vjp(G&& g, const vjp_context<Y, A>& c) {
-    return detail::on_blocks(g, c.template operand<0>(), [](const auto& u, const auto& x) {
-      const auto stats = ::xshard::layer_norm(x, Eps::value);
-      return ::xshard::layer_norm_backward(u, x, stats.mean, stats.rstd).input;
-    });
+    if constexpr (split<A> != 0)
+      return detail::split_layer_norm_backward(g, c.template operand<0>(), split<A>, Eps::value);
+    else
+      return detail::on_blocks(g, c.template operand<0>(), [](const auto& u, const auto& x) {
+        const auto stats = ::xshard::layer_norm(x, Eps::value);
+        return ::xshard::layer_norm_backward(u, x, stats.mean, stats.rstd).input;
+      });
+  }
+  template <class Y, class A>
+  static consteval std::size_t forward_collectives() {
+    return split<A> != 0 ? 2 : 0;
+  }
+  template <class Y, class A>
+  static consteval std::size_t backward_collectives() {
+    return split<A> != 0 ? 3 : 0;
   }
 };
 
