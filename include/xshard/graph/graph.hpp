@@ -20,7 +20,7 @@
 // save_only<"h", ...> keeps the nodes named by graph::save. The reverse pass
 // recomputes whatever a policy did not keep, so every policy gives the same
 // gradients (bit for bit). Residuals are one type for every policy: a slot
-// per node, filled by the policy (residual_bytes reports what it holds).
+// per node, filled by the policy (residuals.bytes() says what it holds).
 #pragma once
 
 #include <array>
