@@ -541,12 +541,17 @@ TEST(CompositeRegistry, ListsEveryCompositeWithVersionAttributesAndMode) {
   for (const auto& c : list) names.emplace_back(c.name);
   EXPECT_EQ(names,
             (std::vector<std::string>{"xshard.gelu", "xshard.gelu_backward", "xshard.softmax",
-                                      "xshard.softmax_backward", "xshard.layer_norm", "xshard.layer_norm_backward"}));
+                                      "xshard.softmax_backward", "xshard.layer_norm", "xshard.layer_norm_backward",
+                                      "xshard.rms_norm", "xshard.rms_norm_backward"}));
   for (const auto& c : list) EXPECT_EQ(c.version, 1) << c.name;
   ASSERT_EQ(list[0].attributes.size(), 1u);
   EXPECT_EQ(list[0].attributes[0].name, "approximate");
   EXPECT_EQ(list[2].attributes[0].name, "dim");
   EXPECT_EQ(list[4].attributes[0].name, "eps");
+  ASSERT_EQ(list[6].attributes.size(), 1u);
+  EXPECT_EQ(list[6].attributes[0].name, "eps");
+  EXPECT_EQ(list[6].attributes[0].default_value, "1e-06");
+  EXPECT_TRUE(list[7].attributes.empty());
   EXPECT_EQ(list[2].mode, composite_mode::decompose);
   EXPECT_EQ(list[3].mode, composite_mode::kernel);
   std::ostringstream os;
@@ -557,8 +562,14 @@ TEST(CompositeRegistry, ListsEveryCompositeWithVersionAttributesAndMode) {
       << os.str();
   EXPECT_NE(os.str().find("xshard.softmax v1 {dim = int (default -1)} mode=decompose (code)\n"), std::string::npos)
       << os.str();
+  EXPECT_NE(os.str().find("xshard.rms_norm v1 {eps = float (default 1e-06)} mode=kernel (default)\n"),
+            std::string::npos)
+      << os.str();
+  EXPECT_NE(os.str().find("xshard.rms_norm_backward v1 {} mode=kernel (default)\n"), std::string::npos) << os.str();
   EXPECT_EQ(xshard::find_composite("xshard.layer_norm"), xshard::composite_id::layer_norm);
-  EXPECT_EQ(xshard::find_composite("rms_norm"), std::nullopt);
+  EXPECT_EQ(xshard::find_composite("rms_norm"), xshard::composite_id::rms_norm);
+  EXPECT_EQ(xshard::find_composite("xshard.rms_norm_backward"), xshard::composite_id::rms_norm_backward);
+  EXPECT_EQ(xshard::find_composite("group_norm"), std::nullopt);
 }
 
 }  // namespace
