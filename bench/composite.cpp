@@ -11,6 +11,9 @@
 //   softmax_backward/<mode>             softmax_backward(g, y), same shape
 //   layer_norm/<mode>                   layer_norm(x, w, b) on (1024, 1024) floats
 //   layer_norm_backward/<mode>          layer_norm_backward(g, x, mean, rstd, w)
+//   rms_norm/<mode>                     rms_norm(x) on (1024, 1024) floats
+//   rms_norm_backward/<mode>            rms_norm_backward(g, x, rstd)
+//   rms_norm_fwd_bwd/<mode>             both, as one training step runs them
 //
 // Each call allocates its result (as the public API does). With glibc's
 // default malloc the two 4 MB results of gelu_fwd_bwd go back to the OS every
@@ -125,6 +128,38 @@ void bm_layer_norm_backward(benchmark::State& state, composite_mode m) {
   set_counters(state, rows * cols, 3);
 }
 
+void bm_rms_norm(benchmark::State& state, composite_mode m) {
+  const auto x = random_tensor<2>({rows, cols}, 9);
+  for (auto _ : state) {
+    auto r = xshard::rms_norm(x, 1e-6, m);
+    benchmark::DoNotOptimize(r.output.data());
+  }
+  set_counters(state, rows * cols, 2);
+}
+
+void bm_rms_norm_backward(benchmark::State& state, composite_mode m) {
+  const auto x = random_tensor<2>({rows, cols}, 9);
+  const auto g = random_tensor<2>({rows, cols}, 10);
+  const auto fwd = xshard::rms_norm(x, 1e-6, composite_mode::kernel);
+  for (auto _ : state) {
+    auto dx = xshard::rms_norm_backward(g, x, fwd.rstd, m);
+    benchmark::DoNotOptimize(dx.data());
+  }
+  set_counters(state, rows * cols, 3);
+}
+
+void bm_rms_norm_fwd_bwd(benchmark::State& state, composite_mode m) {
+  const auto x = random_tensor<2>({rows, cols}, 9);
+  const auto g = random_tensor<2>({rows, cols}, 10);
+  for (auto _ : state) {
+    auto r = xshard::rms_norm(x, 1e-6, m);
+    auto dx = xshard::rms_norm_backward(g, x, r.rstd, m);
+    benchmark::DoNotOptimize(r.output.data());
+    benchmark::DoNotOptimize(dx.data());
+  }
+  set_counters(state, rows * cols, 5);
+}
+
 const bool registered = [] {
   for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {
     const std::string mode(xshard::to_string(m));
@@ -142,6 +177,11 @@ const bool registered = [] {
         ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("layer_norm/" + mode).c_str(), bm_layer_norm, m)->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("layer_norm_backward/" + mode).c_str(), bm_layer_norm_backward, m)
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("rms_norm/" + mode).c_str(), bm_rms_norm, m)->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("rms_norm_backward/" + mode).c_str(), bm_rms_norm_backward, m)
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("rms_norm_fwd_bwd/" + mode).c_str(), bm_rms_norm_fwd_bwd, m)
         ->Unit(benchmark::kMicrosecond);
   }
   return true;

@@ -1,6 +1,7 @@
-// Composite ops (xshard.gelu, softmax, layer_norm and their backwards): the
-// fused kernel against the decomposition, both against hand-checked values
-// and finite differences, and the policy and registry that choose between them.
+// Composite ops (xshard.gelu, softmax, layer_norm, rms_norm and their
+// backwards): the fused kernel against the decomposition, both against
+// hand-checked values (rms_norm: a double-precision loop) and finite
+// differences, and the policy and registry that choose between them.
 //
 // Tolerance, kernel vs decomposition. Both evaluate the same formula, but
 // xsimd's erf/tanh/exp and glibc's round differently (a few ulp), and
@@ -10,7 +11,7 @@
 // gelu, grad for gelu_backward. A plain relative bound cannot hold: where the
 // formula cancels (1 + erf(x/sqrt 2) for x << 0, 1 - tanh^2 for large |x|)
 // both sides carry the same absolute rounding, one ulp of the operand, on a
-// result far smaller than it. Row reductions (softmax, layer_norm):
+// result far smaller than it. Row reductions (softmax, layer_norm, rms_norm):
 //   |kernel - decomposition| <= tol_row * (|decomposition| + row scale)
 // with tol_row = 1e-5 (float) and 1e-12 (double): a sum of n terms rounds at
 // up to ~n eps / 2 in the worst case, and rows here reach 1003 elements.
@@ -72,6 +73,16 @@ void expect_close(const K& k, const D& d, double tol, Scale scale, const std::st
       ++failures;
     }
   }
+}
+
+/// The message of the xshard::error f throws, or "no error".
+std::string error_text(auto&& f) {
+  try {
+    f();
+  } catch (const xshard::error& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 const std::vector<std::size_t> odd_sizes{0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 1003};
@@ -432,16 +443,245 @@ TEST(CompositeLayerNorm, ShapeErrorsNameTheOperand) {
   EXPECT_EQ(ra.mean.shape(), (std::vector<std::size_t>{3, 2, 1}));
 }
 
-// ---- policy and registry ----------------------------------------------------
+// ---- rms_norm ---------------------------------------------------------------
 
-std::string error_text(auto&& f) {
-  try {
-    f();
-  } catch (const xshard::error& e) {
-    return e.what();
+/// rms_norm and its backward in double, a row at a time, as the header's
+/// formulas read. dx_scale is what a rounded dx can be off by, relative:
+/// rstd * (|g| + |y| * mean(|g * y|)) (the row sum of g * y rounds relative
+/// to the sum of its terms' magnitudes, not to its value, which cancels).
+struct rms_reference {
+  std::vector<double> y, rstd, dx, dx_scale;
+};
+template <class X, class G, class S>
+rms_reference rms_norm_reference(const X& x, const G& g, const S& rstd_in, double eps) {
+  const std::size_t n = x.shape()[x.dimension() - 1];
+  const std::size_t rows = n == 0 ? 0 : x.size() / n;
+  rms_reference ref{std::vector<double>(x.size()), std::vector<double>(rows), std::vector<double>(x.size()),
+                    std::vector<double>(x.size())};
+  for (std::size_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (std::size_t j = 0; j < n; ++j) ss += double(x.data()[r * n + j]) * double(x.data()[r * n + j]);
+    ref.rstd[r] = 1 / std::sqrt(ss / double(n) + eps);
+    for (std::size_t j = 0; j < n; ++j) ref.y[r * n + j] = double(x.data()[r * n + j]) * ref.rstd[r];
+    // The backward from the rstd it is given.
+    const double s = rstd_in.data()[r];
+    double gy = 0, gy_abs = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      const double t = double(g.data()[r * n + j]) * double(x.data()[r * n + j]) * s;
+      gy += t;
+      gy_abs += std::abs(t);
+    }
+    const double b = gy / double(n), b_abs = gy_abs / double(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      const double gj = g.data()[r * n + j], yj = double(x.data()[r * n + j]) * s;
+      ref.dx[r * n + j] = s * (gj - yj * b);
+      ref.dx_scale[r * n + j] = s * (std::abs(gj) + std::abs(yj) * b_abs);
+    }
   }
-  return "no error";
+  return ref;
 }
+
+template <class R>
+void expect_near_reference(const R& got, const std::vector<double>& ref, double tol, auto scale,
+                           const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  int failures = 0;
+  for (std::size_t i = 0; i < ref.size() && failures < 5; ++i) {
+    const double bound = tol * (std::abs(ref[i]) + scale(i));
+    if (!(std::abs(double(got.data()[i]) - ref[i]) <= bound)) {
+      ADD_FAILURE() << what << " at " << i << ": got " << double(got.data()[i]) << ", reference " << ref[i]
+                    << ", bound " << bound;
+      ++failures;
+    }
+  }
+}
+
+// Both modes against the double loop, on rows of every length around the
+// batch widths (n = 1, tails of 1..L-1, 1003) and magnitudes where eps
+// matters (1e-3: mean(x^2) ~ eps) or not.
+TYPED_TEST(CompositeTyped, RmsNormBothModesMatchADoubleReference) {
+  using T = TypeParam;
+  unsigned seed = 700;
+  for (double mag : magnitudes)
+    for (std::size_t n : odd_sizes) {
+      if (n == 0) continue;
+      const std::array<std::size_t, 3> shape{2, 3, n};
+      const auto x = random_tensor<T>(shape, mag, seed++);
+      const auto g = random_tensor<T>(shape, 1.0, seed++);
+      for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {
+        const std::string what =
+            std::string(xshard::to_string(m)) + " n=" + std::to_string(n) + " magnitude=" + std::to_string(mag);
+        const auto r = xshard::rms_norm(x, 1e-6, m);
+        static_assert(std::is_same_v<decltype(r), const xshard::rms_norm_result<xt::xtensor<T, 3>>>);
+        EXPECT_EQ(r.output.shape(), shape) << what;
+        EXPECT_EQ(r.rstd.shape(), (std::array<std::size_t, 3>{2, 3, 1})) << what;
+        const auto ref = rms_norm_reference(x, g, r.rstd, 1e-6);
+        expect_near_reference(
+            r.output, ref.y, row_tol<T>, [](std::size_t) { return 0.0; }, "rms_norm output " + what);
+        expect_near_reference(
+            r.rstd, ref.rstd, row_tol<T>, [](std::size_t) { return 0.0; }, "rms_norm rstd " + what);
+        const auto dx = xshard::rms_norm_backward(g, x, r.rstd, m);
+        static_assert(std::is_same_v<decltype(dx), const xt::xtensor<T, 3>>);
+        expect_near_reference(
+            dx, ref.dx, row_tol<T>, [&](std::size_t i) { return ref.dx_scale[i]; }, "rms_norm_backward " + what);
+      }
+    }
+}
+
+TYPED_TEST(CompositeTyped, RmsNormKernelMatchesDecomposition) {
+  using T = TypeParam;
+  unsigned seed = 800;
+  for (double mag : magnitudes)
+    for (std::size_t n : odd_sizes) {
+      if (n == 0) continue;
+      const std::array<std::size_t, 2> shape{5, n};
+      const auto x = random_tensor<T>(shape, mag, seed++);
+      const auto g = random_tensor<T>(shape, 1.0, seed++);
+      const std::string what = "n=" + std::to_string(n) + " magnitude=" + std::to_string(mag);
+      const auto k = xshard::rms_norm(x, 1e-6, composite_mode::kernel);
+      const auto d = xshard::rms_norm(x, 1e-6, composite_mode::decompose);
+      expect_close(
+          k.output, d.output, row_tol<T>, [](std::size_t) { return 0.0; }, "rms_norm output " + what);
+      expect_close(
+          k.rstd, d.rstd, row_tol<T>, [](std::size_t) { return 0.0; }, "rms_norm rstd " + what);
+      const auto bk = xshard::rms_norm_backward(g, x, d.rstd, composite_mode::kernel);
+      const auto bd = xshard::rms_norm_backward(g, x, d.rstd, composite_mode::decompose);
+      const auto ref = rms_norm_reference(x, g, d.rstd, 1e-6);
+      expect_close(
+          bk, bd, row_tol<T>, [&](std::size_t i) { return ref.dx_scale[i]; }, "rms_norm dx " + what);
+    }
+}
+
+TYPED_TEST(CompositeTyped, RmsNormEmptyRowsAndRankOne) {
+  using T = TypeParam;
+  for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {
+    // rows = 0: empty results of the right shapes.
+    const xt::xtensor<T, 3> no_rows = xt::xtensor<T, 3>::from_shape({0, 3, 5});
+    const auto r0 = xshard::rms_norm(no_rows, 1e-6, m);
+    EXPECT_EQ(r0.output.shape(), (std::array<std::size_t, 3>{0, 3, 5}));
+    EXPECT_EQ(r0.rstd.shape(), (std::array<std::size_t, 3>{0, 3, 1}));
+    EXPECT_EQ(xshard::rms_norm_backward(no_rows, no_rows, r0.rstd, m).shape(), no_rows.shape());
+    // n = 0: a row has no mean square, rstd is NaN (as layer_norm's stats).
+    const xt::xtensor<T, 2> empty_rows = xt::xtensor<T, 2>::from_shape({2, 0});
+    const auto rn = xshard::rms_norm(empty_rows, 1e-6, m);
+    EXPECT_EQ(rn.rstd.shape(), (std::array<std::size_t, 2>{2, 1}));
+    EXPECT_TRUE(std::isnan(rn.rstd(0, 0)) && std::isnan(rn.rstd(1, 0)));
+    EXPECT_EQ(xshard::rms_norm_backward(empty_rows, empty_rows, rn.rstd, m).size(), 0u);
+    // n = 1: y = x / sqrt(x^2 + eps), dx = g eps / (x^2 + eps)^(3/2).
+    const xt::xtensor<T, 2> one{{T(3)}, {T(-0.5)}};
+    const xt::xtensor<T, 2> g{{T(1)}, {T(2)}};
+    const double eps = 0.25;
+    const auto r1 = xshard::rms_norm(one, eps, m);
+    const auto d1 = xshard::rms_norm_backward(g, one, r1.rstd, m);
+    const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-15;
+    for (std::size_t i = 0; i < 2; ++i) {
+      const double xi = one(i, 0), q = xi * xi + eps;
+      EXPECT_NEAR(r1.output(i, 0), xi / std::sqrt(q), tol) << xshard::to_string(m);
+      EXPECT_NEAR(d1(i, 0), double(g(i, 0)) * eps / (q * std::sqrt(q)), tol) << xshard::to_string(m);
+    }
+    // Rank 1: one row.
+    const xt::xtensor<T, 1> v{T(1), T(2), T(2)};  // mean square 3
+    const auto rv = xshard::rms_norm(v, 0.0, m);
+    EXPECT_EQ(rv.rstd.shape(), (std::array<std::size_t, 1>{1}));
+    EXPECT_NEAR(rv.output(1), 2 / std::sqrt(3.0), tol);
+  }
+}
+
+TEST(CompositeRmsNorm, BackwardMatchesFiniteDifferences) {
+  // loss = sum(c * rms_norm(x)); its gradient is rms_norm_backward(c, x, rstd).
+  const std::array<std::size_t, 3> shape{2, 3, 11};
+  const auto x = random_tensor<double>(shape, 2.0, 71);
+  const auto c = random_tensor<double>(shape, 1.0, 72);
+  const double h = 1e-5;
+  for (double eps : {1e-6, 0.5})
+    for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {
+      auto loss = [&](const xt::xtensor<double, 3>& xx) { return xt::sum(c * xshard::rms_norm(xx, eps, m).output)(); };
+      const auto dx = xshard::rms_norm_backward(c, x, xshard::rms_norm(x, eps, m).rstd, m);
+      std::vector<double> fd(x.size());
+      double fd_max = 0, err_max = 0;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        auto xp = x, xm = x;
+        xp.data()[i] += h;
+        xm.data()[i] -= h;
+        fd[i] = (loss(xp) - loss(xm)) / (2 * h);
+        fd_max = std::max(fd_max, std::abs(fd[i]));
+        err_max = std::max(err_max, std::abs(dx.data()[i] - fd[i]));
+      }
+      ASSERT_GT(fd_max, 0.0);
+      EXPECT_LT(err_max / fd_max, 1e-6) << "eps " << eps << ' ' << xshard::to_string(m);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        EXPECT_NEAR(dx.data()[i], fd[i], 1e-6 * std::abs(fd[i]) + 1e-9 * fd_max)
+            << "eps " << eps << ' ' << xshard::to_string(m) << " at " << i;
+    }
+}
+
+TEST(CompositeRmsNorm, PolicyChoosesByName) {
+  // Rows long enough that kernel and decomposition differ in the last bit
+  // (different summation orders); then the policy-driven call must return
+  // exactly the one the policy names.
+  const auto x = random_tensor<float>(std::array<std::size_t, 2>{16, 1003}, 3.0, 81);
+  const auto g = random_tensor<float>(std::array<std::size_t, 2>{16, 1003}, 1.0, 82);
+  const auto k = xshard::rms_norm(x, 1e-6, composite_mode::kernel);
+  const auto d = xshard::rms_norm(x, 1e-6, composite_mode::decompose);
+  ASSERT_NE(k.output, d.output) << "kernel and decomposition agree bit for bit on every input; pick other data";
+  const auto bk = xshard::rms_norm_backward(g, x, d.rstd, composite_mode::kernel);
+  const auto bd = xshard::rms_norm_backward(g, x, d.rstd, composite_mode::decompose);
+  ASSERT_NE(bk, bd);
+  const auto parsed = xshard::parse_composite_policy("rms_norm:decompose, xshard.rms_norm_backward:kernel");
+  ASSERT_EQ(parsed.size(), 2u);
+  EXPECT_EQ(parsed[0].ids, std::vector{xshard::composite_id::rms_norm});
+  EXPECT_EQ(parsed[0].mode, composite_mode::decompose);
+  EXPECT_EQ(parsed[1].ids, std::vector{xshard::composite_id::rms_norm_backward});
+  {
+    xshard::scoped_composite_mode keep("rms_norm", composite_mode::kernel);  // restores what code set before
+    xshard::scoped_composite_mode keep_backward("rms_norm_backward", composite_mode::kernel);
+    xshard::composite_policy::apply("rms_norm:decompose");
+    EXPECT_EQ(xshard::composite_policy::get("rms_norm"), composite_mode::decompose);
+    EXPECT_EQ(xshard::composite_policy::get("xshard.rms_norm"), composite_mode::decompose);
+    EXPECT_EQ(xshard::rms_norm(x).output, d.output);         // default eps 1e-6
+    EXPECT_EQ(xshard::rms_norm_backward(g, x, d.rstd), bk);  // the backward follows its own name
+    xshard::composite_policy::apply("rms_norm:kernel, rms_norm_backward:decompose");
+    EXPECT_EQ(xshard::rms_norm(x, 1e-6).output, k.output);
+    EXPECT_EQ(xshard::rms_norm(x, 1e-6).rstd, k.rstd);
+    EXPECT_EQ(xshard::rms_norm_backward(g, x, d.rstd), bd);
+  }
+}
+
+TEST(CompositeRmsNorm, ErrorsNameTheOperand) {
+  const xt::xtensor<float, 2> x = xt::ones<float>({2, 4});
+  const auto r = xshard::rms_norm(x);
+  const std::string g = error_text([&] {
+    (void)xshard::rms_norm_backward(xt::xtensor<float, 2>::from_shape({2, 5}), x, r.rstd);
+  });
+  EXPECT_NE(g.find("xshard: rms_norm_backward: grad_y has shape (2, 5) but x has shape (2, 4)"), std::string::npos)
+      << g;
+  const std::string s =
+      error_text([&] { (void)xshard::rms_norm_backward(x, x, xt::xtensor<float, 1>::from_shape({2})); });
+  EXPECT_NE(
+      s.find("xshard: rms_norm_backward: rstd has shape (2) but x's shape with the last extent 1 has shape (2, 1)"),
+      std::string::npos)
+      << s;
+  const std::string s2 = error_text([&] {
+    (void)xshard::rms_norm_backward(x, x, xt::xtensor<float, 2>::from_shape({2, 4}));
+  });
+  EXPECT_NE(s2.find("rstd has shape (2, 4)"), std::string::npos) << s2;
+  const std::string rank0 = error_text([] { (void)xshard::rms_norm(xt::xarray<double>(1.0)); });
+  EXPECT_NE(rank0.find("xshard: rms_norm: x has rank 0; it normalises over the last dim"), std::string::npos) << rank0;
+  const std::string rank0b = error_text([] {
+    const xt::xarray<double> s0(1.0);
+    (void)xshard::rms_norm_backward(s0, s0, s0);
+  });
+  EXPECT_NE(rank0b.find("xshard: rms_norm_backward: x has rank 0"), std::string::npos) << rank0b;
+  // xarray in, xarray out; rstd keeps the rank. A transposed view is made contiguous first.
+  const auto ra = xshard::rms_norm(xt::xarray<double>(xt::ones<double>({3, 2, 4})));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(ra.output)>, xt::xarray<double>>);
+  EXPECT_EQ(ra.rstd.shape(), (std::vector<std::size_t>{3, 2, 1}));
+  const auto x3 = random_tensor<float>(std::array<std::size_t, 3>{2, 3, 5}, 1.0, 91);
+  const auto rt = xshard::rms_norm(xt::transpose(x3), 1e-6, composite_mode::kernel);
+  EXPECT_EQ(rt.output, xshard::rms_norm(xt::xtensor<float, 3>(xt::transpose(x3)), 1e-6, composite_mode::kernel).output);
+}
+
+// ---- policy and registry ----------------------------------------------------
 
 TEST(CompositePolicy, ParsesTheEnvironmentFormat) {
   const auto s =
@@ -541,12 +781,17 @@ TEST(CompositeRegistry, ListsEveryCompositeWithVersionAttributesAndMode) {
   for (const auto& c : list) names.emplace_back(c.name);
   EXPECT_EQ(names,
             (std::vector<std::string>{"xshard.gelu", "xshard.gelu_backward", "xshard.softmax",
-                                      "xshard.softmax_backward", "xshard.layer_norm", "xshard.layer_norm_backward"}));
+                                      "xshard.softmax_backward", "xshard.layer_norm", "xshard.layer_norm_backward",
+                                      "xshard.rms_norm", "xshard.rms_norm_backward"}));
   for (const auto& c : list) EXPECT_EQ(c.version, 1) << c.name;
   ASSERT_EQ(list[0].attributes.size(), 1u);
   EXPECT_EQ(list[0].attributes[0].name, "approximate");
   EXPECT_EQ(list[2].attributes[0].name, "dim");
   EXPECT_EQ(list[4].attributes[0].name, "eps");
+  ASSERT_EQ(list[6].attributes.size(), 1u);
+  EXPECT_EQ(list[6].attributes[0].name, "eps");
+  EXPECT_EQ(list[6].attributes[0].default_value, "1e-06");
+  EXPECT_TRUE(list[7].attributes.empty());
   EXPECT_EQ(list[2].mode, composite_mode::decompose);
   EXPECT_EQ(list[3].mode, composite_mode::kernel);
   std::ostringstream os;
@@ -557,8 +802,14 @@ TEST(CompositeRegistry, ListsEveryCompositeWithVersionAttributesAndMode) {
       << os.str();
   EXPECT_NE(os.str().find("xshard.softmax v1 {dim = int (default -1)} mode=decompose (code)\n"), std::string::npos)
       << os.str();
+  EXPECT_NE(os.str().find("xshard.rms_norm v1 {eps = float (default 1e-06)} mode=kernel (default)\n"),
+            std::string::npos)
+      << os.str();
+  EXPECT_NE(os.str().find("xshard.rms_norm_backward v1 {} mode=kernel (default)\n"), std::string::npos) << os.str();
   EXPECT_EQ(xshard::find_composite("xshard.layer_norm"), xshard::composite_id::layer_norm);
-  EXPECT_EQ(xshard::find_composite("rms_norm"), std::nullopt);
+  EXPECT_EQ(xshard::find_composite("rms_norm"), xshard::composite_id::rms_norm);
+  EXPECT_EQ(xshard::find_composite("xshard.rms_norm_backward"), xshard::composite_id::rms_norm_backward);
+  EXPECT_EQ(xshard::find_composite("group_norm"), std::nullopt);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include <vector>
 #include <xshard/nn/gelu.hpp>
 #include <xshard/nn/layer_norm.hpp>
+#include <xshard/nn/rms_norm.hpp>
 #include <xshard/nn/softmax.hpp>
 #include <xshard/scan/scan.hpp>
 #include <xshard/spmd/einsum.hpp>
@@ -250,6 +251,8 @@ TEST(ScanInside, EveryCompositeCallIsOneTraceEventInsideItsStep) {
           (void)xshard::softmax_backward(x, y);
           const auto ln = xshard::layer_norm(x, w, bias);
           (void)xshard::layer_norm_backward(x, x, ln.mean, ln.rstd, w);
+          const auto rms = xshard::rms_norm(x);
+          (void)xshard::rms_norm_backward(x, x, rms.rstd);
         } else {
           (void)xshard::gelu(x, xshard::gelu_approximate::tanh, composite_mode::kernel);
           (void)xshard::gelu_backward(x, x, xshard::gelu_approximate::tanh, composite_mode::kernel);
@@ -257,6 +260,8 @@ TEST(ScanInside, EveryCompositeCallIsOneTraceEventInsideItsStep) {
           (void)xshard::softmax_backward(x, y, -1, composite_mode::kernel);
           const auto ln = xshard::layer_norm(x, 1e-5, composite_mode::kernel);
           (void)xshard::layer_norm_backward(x, x, ln.mean, ln.rstd, composite_mode::kernel);
+          const auto rms = xshard::rms_norm(x, 1e-6, composite_mode::kernel);
+          (void)xshard::rms_norm_backward(x, x, rms.rstd, composite_mode::kernel);
         }
         return std::pair{carry, xshard::none};
       },

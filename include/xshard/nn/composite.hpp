@@ -4,6 +4,7 @@
 //   xshard.gelu, xshard.gelu_backward             nn/gelu.hpp
 //   xshard.softmax, xshard.softmax_backward       nn/softmax.hpp
 //   xshard.layer_norm, xshard.layer_norm_backward nn/layer_norm.hpp
+//   xshard.rms_norm, xshard.rms_norm_backward     nn/rms_norm.hpp
 //
 //   auto y  = xshard::gelu(x, "tanh");                    // policy's choice
 //   auto y2 = xshard::gelu(x, xshard::gelu_approximate::tanh,
@@ -15,4 +16,5 @@
 #include "composite_policy.hpp"
 #include "gelu.hpp"
 #include "layer_norm.hpp"
+#include "rms_norm.hpp"
 #include "softmax.hpp"

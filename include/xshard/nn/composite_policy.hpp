@@ -12,6 +12,8 @@
 //   xshard.softmax_backward     1        dim (default -1, the last dim)
 //   xshard.layer_norm           1        eps (default 1e-05), over the last dim
 //   xshard.layer_norm_backward  1        over the last dim
+//   xshard.rms_norm             1        eps (default 1e-06, as T5 and LLaMA), over the last dim
+//   xshard.rms_norm_backward    1        over the last dim
 //
 // Which of the two runs is decided per op, latest rule wins:
 //   1. the compile-time default: the fused kernel (define
@@ -67,8 +69,10 @@ enum class composite_id : std::uint8_t {
   softmax_backward,
   layer_norm,
   layer_norm_backward,
+  rms_norm,
+  rms_norm_backward,
 };
-inline constexpr std::size_t composite_count = 6;
+inline constexpr std::size_t composite_count = 8;
 
 #if defined(XSHARD_COMPOSITES_DEFAULT_DECOMPOSE)
 inline constexpr composite_mode default_composite_mode = composite_mode::decompose;
@@ -113,6 +117,7 @@ namespace detail {
 inline constexpr std::array<composite_attribute, 1> gelu_attributes{{{"approximate", "\"none\"|\"tanh\"", "\"none\""}}};
 inline constexpr std::array<composite_attribute, 1> softmax_attributes{{{"dim", "int", "-1"}}};
 inline constexpr std::array<composite_attribute, 1> layer_norm_attributes{{{"eps", "float", "1e-05"}}};
+inline constexpr std::array<composite_attribute, 1> rms_norm_attributes{{{"eps", "float", "1e-06"}}};
 }  // namespace detail
 
 /// The registry: every composite xshard defines.
@@ -123,6 +128,8 @@ inline constexpr std::array<composite_descriptor, composite_count> composite_reg
     {composite_id::softmax_backward, "softmax_backward", "xshard.softmax_backward", 1, detail::softmax_attributes},
     {composite_id::layer_norm, "layer_norm", "xshard.layer_norm", 1, detail::layer_norm_attributes},
     {composite_id::layer_norm_backward, "layer_norm_backward", "xshard.layer_norm_backward", 1, {}},
+    {composite_id::rms_norm, "rms_norm", "xshard.rms_norm", 1, detail::rms_norm_attributes},
+    {composite_id::rms_norm_backward, "rms_norm_backward", "xshard.rms_norm_backward", 1, {}},
 }};
 
 constexpr const composite_descriptor& descriptor(composite_id id) {
@@ -229,8 +236,8 @@ inline const composite_environment& environment_modes() {
 /// Modes set in code (-1: not set).
 inline std::array<std::atomic<int>, composite_count>& code_modes() {
   static std::array<std::atomic<int>, composite_count> modes{
-      {{unset_mode}, {unset_mode}, {unset_mode}, {unset_mode}, {unset_mode}, {unset_mode}}};
-  static_assert(composite_count == 6, "one initialiser per composite");
+      {{unset_mode}, {unset_mode}, {unset_mode}, {unset_mode}, {unset_mode}, {unset_mode}, {unset_mode}, {unset_mode}}};
+  static_assert(composite_count == 8, "one initialiser per composite");
   return modes;
 }
 }  // namespace detail

@@ -173,6 +173,15 @@ axis_split split_at(const Shape& shape, std::size_t axis) {
   return s;
 }
 
+/// The shape of a row statistic of a norm over the last dim: `shape` with
+/// the last extent 1 ((2, 3, 8) -> (2, 3, 1)). @pre shape.size() >= 1
+template <class S>
+S stats_shape(const S& shape) {
+  S s = shape;
+  s[s.size() - 1] = 1;
+  return s;
+}
+
 /// A dim attribute in [-rank, rank) as an axis in [0, rank).
 inline std::size_t normalize_dim(std::ptrdiff_t dim, std::size_t rank, const char* op) {
   const auto r = static_cast<std::ptrdiff_t>(rank);

@@ -61,13 +61,6 @@ struct layer_norm_params {
   const T* bias = nullptr;
 };
 
-template <class S>
-S stats_shape(const S& shape) {
-  S s = shape;
-  s[s.size() - 1] = 1;
-  return s;
-}
-
 // ---- decomposition ----------------------------------------------------------
 // On (rows, n) views of the contiguous buffers (statistics (rows, 1)), with
 // the kernels' signatures.
