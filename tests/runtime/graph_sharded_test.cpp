@@ -227,7 +227,7 @@ namespace {
 
 // layer_norm over a last dim split across devices (partial sums) and over
 // an unsplit one, times a gain along it.
-template <xshard::fixed_string XSpec, xshard::fixed_string GSpec>
+template <xshard::fixed_string XSpec, xshard::fixed_string GSpec, bool Rms = false>
 struct norm_def {
   using M = xshard::mesh<"data=2, model=2">;
   using input = xshard::sharded<double, 2, M, xshard::spec<XSpec>>;
@@ -235,30 +235,38 @@ struct norm_def {
   static constexpr std::array<std::string_view, 1> param_names{"gain"};
   template <class X, class G>
   static auto forward(X x, G gain) {
-    return g::layer_norm(x) * gain;
+    if constexpr (Rms)
+      return g::rms_norm(x) * gain;
+    else
+      return g::layer_norm(x) * gain;
   }
 };
+template <bool Rms = false>
 struct norm_plain_def {
   using input = xt::xtensor<double, 2>;
   using params = std::tuple<xt::xtensor<double, 1>>;
   static constexpr std::array<std::string_view, 1> param_names{"gain"};
   template <class X, class G>
   static auto forward(X x, G gain) {
-    return g::layer_norm(x) * gain;
+    if constexpr (Rms)
+      return g::rms_norm(x) * gain;
+    else
+      return g::layer_norm(x) * gain;
   }
 };
 
-template <xshard::fixed_string XSpec, xshard::fixed_string GSpec, std::size_t Forward, std::size_t Backward>
+template <xshard::fixed_string XSpec, xshard::fixed_string GSpec, std::size_t Forward, std::size_t Backward,
+          bool Rms = false>
 void expect_layer_norm_equals_one_device() {
-  using L = g::layer<norm_def<XSpec, GSpec>>;
-  using P = g::layer<norm_plain_def>;
+  using L = g::layer<norm_def<XSpec, GSpec, Rms>>;
+  using P = g::layer<norm_plain_def<Rms>>;
   static_assert(L::forward_collectives() == Forward && L::backward_collectives() == Backward);
   xt::random::seed(16);
   const xt::xtensor<double, 2> x = randn<double, 2>({5, 9}) * 2.0 + 1.0, gy = randn<double, 2>({5, 9});
   const xt::xtensor<double, 1> gain = randn<double, 1>({9});
   const auto one = P{}.forward(std::tuple{gain}, x);
   const auto one_grads = P{}.vjp(std::tuple{gain}, one.second, gy);
-  xshard::thread_mesh<typename norm_def<XSpec, GSpec>::M> mesh;
+  xshard::thread_mesh<typename norm_def<XSpec, GSpec, Rms>::M> mesh;
   mesh.run([&](auto& dev) {
     const typename L::params p{xshard::distribute<xshard::spec<GSpec>>(dev, gain)};
     const auto xs = xshard::distribute<xshard::spec<XSpec>>(dev, x);
@@ -282,5 +290,14 @@ TEST(GraphSharded, LayerNormOverTheModelSplitLastDim) {
 }
 // Unsplit last dim: no collective for the norm; the gain's sum over data.
 TEST(GraphSharded, LayerNormOverAnUnsplitLastDim) { expect_layer_norm_equals_one_device<"data, None", "None", 0, 1>(); }
+
+// rms_norm: one all-reduce of the sums of squares forward; backward, that
+// again and one for the mean of g y, plus the gain's sum over data.
+TEST(GraphSharded, RmsNormOverTheModelSplitLastDim) {
+  expect_layer_norm_equals_one_device<"data, model", "model", 1, 3, true>();
+}
+TEST(GraphSharded, RmsNormOverAnUnsplitLastDim) {
+  expect_layer_norm_equals_one_device<"data, None", "None", 0, 1, true>();
+}
 
 }  // namespace

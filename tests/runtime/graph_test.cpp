@@ -395,3 +395,47 @@ TEST(Graph, TraceScopeEnclosesItsSubGraphForwardAndBackward) {
 }
 
 }  // namespace
+
+namespace {
+
+// rms_norm (the xshard.rms_norm composite and its backward) in a graph,
+// against central finite differences.
+struct rms_def {
+  using input = xt::xtensor<double, 2>;
+  using params = std::tuple<xt::xtensor<double, 1>, xt::xtensor<double, 2>>;
+  static constexpr std::array<std::string_view, 2> param_names{"gain", "w"};
+  template <class X, class Gain, class W>
+  static auto forward(X x, Gain gain, W w) {
+    return g::einsum<"...n,mn->...m">(g::rms_norm(x) * gain, w);
+  }
+};
+
+TEST(Graph, RmsNormMatchesFiniteDifferences) {
+  using L = g::layer<rms_def>;
+  xt::random::seed(17);
+  L::params p{randn<double, 1>({5}), randn<double, 2>({3, 5})};
+  xt::xtensor<double, 2> x = randn<double, 2>({4, 5});
+  const xt::xtensor<double, 2> c = randn<double, 2>({4, 3});
+  const auto run = L{}.forward(p, x);
+  const auto grads = L{}.vjp(p, run.second, c);
+  auto value = [&] { return xt::sum(L::program_type::evaluate(x, std::get<0>(p), std::get<1>(p)) * c)(); };
+  auto worst = [&](auto& t, const auto& grad) {
+    double w = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const double keep = t.data()[i], h = 1e-6;
+      t.data()[i] = keep + h;
+      const double up = value();
+      t.data()[i] = keep - h;
+      const double down = value();
+      t.data()[i] = keep;
+      const double fd = (up - down) / (2 * h);
+      w = std::max(w, std::abs(fd - grad.data()[i]) / std::max(1.0, std::abs(fd)));
+    }
+    return w;
+  };
+  EXPECT_LT(worst(x, grads.second), 1e-6);
+  EXPECT_LT(worst(std::get<0>(p), std::get<0>(grads.first)), 1e-6);
+  EXPECT_LT(worst(std::get<1>(p), std::get<1>(grads.first)), 1e-6);
+}
+
+}  // namespace

@@ -106,6 +106,10 @@ struct softmax_op : op_traits<op_kind::composite, "softmax", false, true> {};
 /// as nodes), eps = Eps::value.
 template <class Eps>
 struct layer_norm_op : op_traits<op_kind::composite, "layer_norm", true> {};
+/// rms_norm over the last dim (no weight: multiply it as a node), eps =
+/// Eps::value.
+template <class Eps>
+struct rms_norm_op : op_traits<op_kind::composite, "rms_norm", true> {};
 /// A causal mask: where(k <= q, x, -inf) along dims QDim (queries) and
 /// KDim (keys) of x (negative dims count from the end).
 template <int QDim, int KDim>
@@ -175,6 +179,10 @@ constexpr node<softmax_op<Dim>, A> softmax(A) {
 }
 template <class Eps = ratio<1, 100000>, Node A>
 constexpr node<layer_norm_op<Eps>, A> layer_norm(A) {
+  return {};
+}
+template <class Eps = ratio<1, 1000000>, Node A>
+constexpr node<rms_norm_op<Eps>, A> rms_norm(A) {
   return {};
 }
 template <int QDim = -2, int KDim = -1, Node A>

@@ -38,6 +38,7 @@
 #include "../einsum/grad.hpp"
 #include "../nn/gelu.hpp"
 #include "../nn/layer_norm.hpp"
+#include "../nn/rms_norm.hpp"
 #include "../nn/softmax.hpp"
 #include "../spmd/einsum.hpp"
 #include "../spmd/sharded.hpp"
@@ -726,6 +727,101 @@ struct rule<layer_norm_op<Eps>> {
   template <class Y, class A>
   static consteval std::size_t backward_collectives() {
     return split<A> != 0 ? 3 : 0;
+  }
+};
+
+namespace detail {
+
+/// Per-row 1/sqrt(mean(x^2) + eps) over a last dim split over `axes` (one
+/// all-reduce of the partial sums of squares).
+template <class X>
+std::vector<typename X::value_type> split_rms_stats(const X& x, axis_set axes, double eps) {
+  using T = typename X::value_type;
+  const auto& v = x.local();
+  const around_dim s(v.shape(), X::rank - 1);
+  const T n = static_cast<T>(x.global_shape()[X::rank - 1]);
+  std::vector<T> rstd(s.outer, T(0));
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k) rstd[o] += v.data()[s.at(o, k, 0)] * v.data()[s.at(o, k, 0)];
+  const auto& dev = x.device();
+  dev.all_reduce(dev.device, std::span<T>(rstd), reduce_op::sum, axes);
+  for (T& r : rstd) r = T(1) / std::sqrt(r / n + static_cast<T>(eps));
+  return rstd;
+}
+
+template <class X>
+auto split_rms_norm(const X& x, axis_set axes, double eps) {
+  using T = typename X::value_type;
+  const std::vector<T> rstd = split_rms_stats(x, axes, eps);
+  const auto& v = x.local();
+  const around_dim s(v.shape(), X::rank - 1);
+  xt::xtensor<T, X::rank> y = xt::xtensor<T, X::rank>::from_shape(v.shape());
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k) y.data()[s.at(o, k, 0)] = v.data()[s.at(o, k, 0)] * rstd[o];
+  return std::remove_cvref_t<X>(x.device(), x.global_shape(), std::move(y));
+}
+
+/// dx = rstd (g - y mean(g y)), y = x rstd; the statistics recomputed, the
+/// mean all-reduced.
+template <class G, class X>
+auto split_rms_norm_backward(const G& g, const X& x, axis_set axes, double eps) {
+  using T = typename X::value_type;
+  const std::vector<T> rstd = split_rms_stats(x, axes, eps);
+  const auto& v = x.local();
+  const auto& gv = g.local();
+  const around_dim s(v.shape(), X::rank - 1);
+  const T n = static_cast<T>(x.global_shape()[X::rank - 1]);
+  std::vector<T> dot(s.outer, T(0));
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k) dot[o] += gv.data()[s.at(o, k, 0)] * v.data()[s.at(o, k, 0)] * rstd[o];
+  const auto& dev = x.device();
+  dev.all_reduce(dev.device, std::span<T>(dot), reduce_op::sum, axes);
+  xt::xtensor<T, X::rank> dx = xt::xtensor<T, X::rank>::from_shape(v.shape());
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k) {
+      const std::size_t j = s.at(o, k, 0);
+      dx.data()[j] = rstd[o] * (gv.data()[j] - v.data()[j] * rstd[o] * dot[o] / n);
+    }
+  return std::remove_cvref_t<X>(x.device(), x.global_shape(), std::move(dx));
+}
+
+}  // namespace detail
+
+/// rms_norm over the last dim (the xshard.rms_norm composite and its
+/// backward); over a split last dim by partial sums of squares (one
+/// all-reduce forward; two backward, which recomputes the statistics).
+template <class Eps>
+struct rule<rms_norm_op<Eps>> {
+  template <class X>
+  static constexpr axis_set split = [] {
+    if constexpr (Sharded<X>)
+      return detail::splitting_axes<X>(std::remove_cvref_t<X>::rank - 1);
+    else
+      return axis_set{0};
+  }();
+  template <class X>
+  static auto eval(const X& a) {
+    if constexpr (split<X> != 0)
+      return detail::split_rms_norm(a, split<X>, Eps::value);
+    else
+      return detail::on_blocks(a, [](const auto& v) { return ::xshard::rms_norm(v, Eps::value).output; });
+  }
+  template <std::size_t K, class G, class Y, class A>
+  static auto vjp(G&& g, const vjp_context<Y, A>& c) {
+    if constexpr (split<A> != 0)
+      return detail::split_rms_norm_backward(g, c.template operand<0>(), split<A>, Eps::value);
+    else
+      return detail::on_blocks(g, c.template operand<0>(), [](const auto& u, const auto& x) {
+        return ::xshard::rms_norm_backward(u, x, ::xshard::rms_norm(x, Eps::value).rstd);
+      });
+  }
+  template <class Y, class A>
+  static consteval std::size_t forward_collectives() {
+    return split<A> != 0 ? 1 : 0;
+  }
+  template <class Y, class A>
+  static consteval std::size_t backward_collectives() {
+    return split<A> != 0 ? 2 : 0;
   }
 };
 
