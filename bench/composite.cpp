@@ -1,5 +1,5 @@
 // bench/composite.cpp - composite ops: the fused xsimd kernel against the
-// decomposition into xtensor expressions (nn/composite.hpp).
+// decomposition into xtensor expressions (ops/composite.hpp).
 //
 // What is timed, each case once per mode (kernel | decompose), the mode
 // passed explicitly so the policy and XSHARD_COMPOSITES play no part:
@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
-#include <xshard/nn/composite.hpp>
+#include <xshard/ops/composite.hpp>
 
 namespace {
 

@@ -27,7 +27,7 @@
 #include <sstream>
 #include <string>
 #include <vector>
-#include <xshard/nn/composite.hpp>
+#include <xshard/ops/composite.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xmanipulation.hpp>  // xt::transpose
 #include <xtensor/xview.hpp>

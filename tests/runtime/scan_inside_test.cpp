@@ -29,10 +29,10 @@
 #include <utility>
 #include <variant>
 #include <vector>
-#include <xshard/nn/gelu.hpp>
-#include <xshard/nn/layer_norm.hpp>
-#include <xshard/nn/rms_norm.hpp>
-#include <xshard/nn/softmax.hpp>
+#include <xshard/ops/gelu.hpp>
+#include <xshard/ops/layer_norm.hpp>
+#include <xshard/ops/rms_norm.hpp>
+#include <xshard/ops/softmax.hpp>
 #include <xshard/scan/scan.hpp>
 #include <xshard/spmd/einsum.hpp>
 #include <xshard/spmd/sharded.hpp>

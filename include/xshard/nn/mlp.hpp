@@ -36,7 +36,7 @@
 #include "../sharding/spec.hpp"
 #include "../spmd/einsum.hpp"
 #include "../spmd/sharded.hpp"
-#include "gelu.hpp"
+#include "../ops/gelu.hpp"
 #include "layer.hpp"
 
 namespace xshard {

@@ -1,4 +1,4 @@
-// xshard/nn/composite_policy.hpp - named, versioned composite ops and the
+// xshard/ops/composite_policy.hpp - named, versioned composite ops and the
 // policy that picks, per op, its decomposition or its fused kernel.
 //
 // A composite (torch_xla / StableHLO `stablehlo.composite`) is an op with a

@@ -1,10 +1,10 @@
-// xshard/nn/composite.hpp - every composite op: the registry and policy
+// xshard/ops/composite.hpp - every composite op: the registry and policy
 // (composite_policy.hpp) and the ops themselves.
 //
-//   xshard.gelu, xshard.gelu_backward             nn/gelu.hpp
-//   xshard.softmax, xshard.softmax_backward       nn/softmax.hpp
-//   xshard.layer_norm, xshard.layer_norm_backward nn/layer_norm.hpp
-//   xshard.rms_norm, xshard.rms_norm_backward     nn/rms_norm.hpp
+//   xshard.gelu, xshard.gelu_backward             ops/gelu.hpp
+//   xshard.softmax, xshard.softmax_backward       ops/softmax.hpp
+//   xshard.layer_norm, xshard.layer_norm_backward ops/layer_norm.hpp
+//   xshard.rms_norm, xshard.rms_norm_backward     ops/rms_norm.hpp
 //
 //   auto y  = xshard::gelu(x, "tanh");                    // policy's choice
 //   auto y2 = xshard::gelu(x, xshard::gelu_approximate::tanh,

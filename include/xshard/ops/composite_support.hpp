@@ -1,4 +1,4 @@
-// xshard/nn/composite_support.hpp - what the composite ops share: the
+// xshard/ops/composite_support.hpp - what the composite ops share: the
 // result type of an op, contiguous operands, the trace scope of a call, and
 // the xsimd loops of the fused kernels.
 //

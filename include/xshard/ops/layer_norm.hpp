@@ -1,4 +1,4 @@
-// xshard/nn/layer_norm.hpp - the composites xshard.layer_norm (version 1,
+// xshard/ops/layer_norm.hpp - the composites xshard.layer_norm (version 1,
 // attribute eps) and xshard.layer_norm_backward (version 1), normalised over
 // the last dim (torch's layer_norm with normalized_shape = [x.shape[-1]]):
 //

@@ -1,4 +1,4 @@
-// xshard/nn/gelu.hpp - the composites xshard.gelu and xshard.gelu_backward
+// xshard/ops/gelu.hpp - the composites xshard.gelu and xshard.gelu_backward
 // (version 1, attribute approximate = "none" | "tanh"), as
 // torch.nn.functional.gelu defines them:
 //

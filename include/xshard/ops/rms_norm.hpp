@@ -1,4 +1,4 @@
-// xshard/nn/rms_norm.hpp - the composites xshard.rms_norm (version 1,
+// xshard/ops/rms_norm.hpp - the composites xshard.rms_norm (version 1,
 // attribute eps) and xshard.rms_norm_backward (version 1), normalised over
 // the last dim (torch's rms_norm with normalized_shape = [x.shape[-1]] and
 // no weight):

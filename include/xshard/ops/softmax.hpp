@@ -1,4 +1,4 @@
-// xshard/nn/softmax.hpp - the composites xshard.softmax and
+// xshard/ops/softmax.hpp - the composites xshard.softmax and
 // xshard.softmax_backward (version 1, attribute dim, default -1 = last):
 //
 //   y  = exp(x - max_dim x) / sum_dim exp(x - max_dim x)
