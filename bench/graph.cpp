@@ -1,13 +1,14 @@
-// bench/graph.cpp - a layer written once as a graph (graph/mlp.hpp) against
-// the hand-written one (nn/mlp.hpp): forward + vjp of the MLP block at
+// bench/graph.cpp - a layer written once as a graph (nn/mlp.hpp) against
+// the hand-written one it replaced (tests/support/hand_layers.hpp, kept as
+// the tests' reference): forward + vjp of the MLP block at
 // train_mlp's sizes (batch 64, width 128, hidden 512, float), one thread.
 //
 //   build/release/bench/graph --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
 // mlp/<policy>/<impl>: one forward (keeping what the policy keeps) and one
 // vjp. <policy> save_all (forward) or dots_saveable (forward_saving_dots,
-// restore); <impl> hand (xshard::mlp_block) or graph
-// (xshard::graph::mlp_block).
+// restore); <impl> hand (xshard_test::hand::mlp_block) or graph
+// (xshard::mlp_block).
 // mlp_paired/<policy>: both in one benchmark, interleaved (rotating order,
 // 200 rounds), each timed on its own: counters hand_us, graph_us (medians)
 // and ratio = hand_us / graph_us (the goal: >= 0.97). Use the
@@ -21,15 +22,16 @@
 #include <stdexcept>
 #include <vector>
 #include <xshard/core/thread_pool.hpp>
-#include <xshard/graph/mlp.hpp>
 #include <xshard/nn/mlp.hpp>
 #include <xtensor/xrandom.hpp>
+
+#include "../tests/support/hand_layers.hpp"
 
 namespace {
 
 using T = float;
-using Hand = xshard::mlp_block<T>;
-using Graph = xshard::graph::mlp_block<T>;
+using Hand = xshard_test::hand::mlp_block<T>;
+using Graph = xshard::mlp_block<T>;
 constexpr std::size_t batch = 64, width = 128, hidden = 512;
 
 struct inputs {

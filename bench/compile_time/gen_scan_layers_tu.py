@@ -49,6 +49,7 @@ def generate(n, forward_only=False):
         "#include <cstddef>",
         "#include <type_traits>",
         "#include <utility>",
+        "#include <xshard/nn/linear.hpp>",
         "#include <xshard/scan/scan_layers_unrolled.hpp>",
         "#include <xtensor/xtensor.hpp>",
         "",

@@ -63,25 +63,7 @@ std::string bar(std::size_t done, std::size_t total, std::size_t width_chars = 3
   return "[" + std::string(fill, '#') + std::string(width_chars - fill, '.') + "]";
 }
 
-/// What the printout needs of one einsum's plan: its name and collectives.
-/// A plan is a large compile-time value; only this summary is kept for run
-/// time.
-struct step_summary {
-  std::string_view what;
-  xshard::static_vector<xshard::planned_collective, 8> collectives;
-};
-template <std::size_t N>
-consteval std::array<step_summary, N> summarize(const std::array<Block::step_plan, N>& plans) {
-  std::array<step_summary, N> out{};
-  for (std::size_t i = 0; i < N; ++i) {
-    out[i].what = plans[i].what;
-    for (const auto& c : plans[i].plan.collectives()) out[i].collectives.push_back(c);
-  }
-  return out;
-}
-
-std::string collective_list(const step_summary& step) {
-  if (step.collectives.empty()) return "none";
+std::string collective_list(const xshard::graph::node_plan& step) {
   std::string s;
   for (const auto& c : step.collectives) {
     if (!s.empty()) s += ", ";
@@ -89,6 +71,14 @@ std::string collective_list(const step_summary& step) {
          std::string(xshard::axis_set_text(Mesh::axes, c.axes).view());
   }
   return s;
+}
+
+/// "node 9 (einsum ...m,km->...k, named h)".
+std::string node_text(const xshard::graph::node_plan& step) {
+  std::string s = "node " + std::to_string(step.node) + " (";
+  s += step.op.find("->") != std::string_view::npos ? "einsum " + std::string(step.op) : std::string(step.op);
+  if (!step.name.empty()) s += ", named " + std::string(step.name);
+  return s + ")";
 }
 
 /// FNV-1a over the bytes of every parameter (a digest to compare runs).
@@ -117,15 +107,14 @@ void print_mesh_plan() {
   std::cout << "W2 [width, hidden] by (" << Layout::w_out::text.view() << "):\n"
             << xshard::visualize<Mesh, Layout::w_out>(w_out_shape) << "\n";
 
-  std::cout << "== collectives per layer, from the compile-time plans\n";
+  std::cout << "== collectives per layer, from the compile-time plans of the block's graph (nn/mlp.hpp); every "
+               "other node runs on its block alone\n";
   // The plans are compile-time values (consteval): kept as constants, not
   // rebuilt at run time.
-  static constexpr auto forward_plans = summarize(Block::forward_plans());
-  static constexpr auto backward_plans = summarize(Block::backward_plans());
-  for (const auto& s : forward_plans) std::cout << "  forward   " << s.what << ": " << collective_list(s) << "\n";
-  std::cout << "  forward   constrain y to (" << Layout::batch::text.view()
-            << "): " << Block::constrain_plan().collective_count() << " collectives\n";
-  for (const auto& s : backward_plans) std::cout << "  backward  " << s.what << ": " << collective_list(s) << "\n";
+  static constexpr auto forward_plan = Block::forward_plan();
+  static constexpr auto backward_plan = Block::backward_plan();
+  for (const auto& s : forward_plan) std::cout << "  forward   " << node_text(s) << ": " << collective_list(s) << "\n";
+  for (const auto& s : backward_plan) std::cout << "  backward  " << node_text(s) << ": " << collective_list(s) << "\n";
   std::cout << "  per step: " << layers << " x (" << Block::forward_collectives() << " + "
             << Block::backward_collectives() << ") + 1 (the loss) = " << collectives_per_step
             << " all-reduces on every device (the optimizer's update adds none: its states are sharded like the "

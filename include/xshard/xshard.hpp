@@ -17,7 +17,6 @@
 #include "einsum/parse.hpp"
 #include "einsum/plan.hpp"
 #include "graph/graph.hpp"
-#include "graph/mlp.hpp"
 #include "graph/node.hpp"
 #include "graph/ops.hpp"
 #include "mesh/axes.hpp"

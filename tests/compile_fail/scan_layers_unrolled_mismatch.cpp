@@ -4,6 +4,7 @@
 // expect: layer_output_is_not_next_input<1, *xshard::tanh_linear_layer<double(, *2)?>, *xshard::linear_layer<double,
 // *3>
 #include <boost/hana/tuple.hpp>
+#include <xshard/nn/linear.hpp>
 #include <xshard/scan/scan_layers_unrolled.hpp>
 #include <xtensor/xtensor.hpp>
 

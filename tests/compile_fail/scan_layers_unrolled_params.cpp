@@ -4,6 +4,7 @@
 // expect: params_entry_is_not_layer_params<1, *xshard::tanh_linear_layer<double(, *2)?>
 #include <boost/hana/tuple.hpp>
 #include <tuple>
+#include <xshard/nn/linear.hpp>
 #include <xshard/scan/scan_layers_unrolled.hpp>
 #include <xtensor/xtensor.hpp>
 

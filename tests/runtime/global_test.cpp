@@ -6,7 +6,7 @@
 
 #include <string_view>
 #include <tuple>
-#include <xshard/graph/mlp.hpp>
+#include <xshard/nn/mlp.hpp>
 #include <xshard/scan/global.hpp>
 #include <xshard/spmd/global.hpp>
 #include <xtensor/xrandom.hpp>
@@ -68,8 +68,8 @@ TEST(Global, BlocksAreTheDevicesSlices) {
 TEST(Global, GraphLayerForwardAndVjpEqualOneDevice) {
   using M = xshard::mesh<"data=2, model=2">;
   using Layout = xshard::data_model_mlp<M>;
-  using Block = xshard::graph::mlp_block<double, Layout>;
-  using Dense = xshard::graph::mlp_block<double>;
+  using Block = xshard::mlp_block<double, Layout>;
+  using Dense = xshard::mlp_block<double>;
   xt::random::seed(12);
   const Dense::params p{xt::random::randn<double>({8, 4}), xt::random::randn<double>({8}),
                         xt::random::randn<double>({4, 8}), xt::random::randn<double>({4})};
@@ -97,8 +97,8 @@ TEST(Global, GraphLayerForwardAndVjpEqualOneDevice) {
 TEST(Global, ScanLayersOverGlobalsEqualsOneDevice) {
   using M = xshard::mesh<"data=2, model=2">;
   using Layout = xshard::data_model_mlp<M>;
-  using Block = xshard::graph::mlp_block<double, Layout>;
-  using Dense = xshard::graph::mlp_block<double>;
+  using Block = xshard::mlp_block<double, Layout>;
+  using Dense = xshard::mlp_block<double>;
   using Stacked = xshard::stacked_params<Block>;
   xt::random::seed(13);
   std::vector<Dense::params> layers;

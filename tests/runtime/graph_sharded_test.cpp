@@ -9,7 +9,6 @@
 #include <string_view>
 #include <tuple>
 #include <xshard/graph/graph.hpp>
-#include <xshard/graph/mlp.hpp>
 #include <xshard/nn/mlp.hpp>
 #include <xshard/scan/scan_layers.hpp>
 #include <xshard/spmd/thread_mesh.hpp>
@@ -17,6 +16,7 @@
 
 #include "../spmd/graph_cases.hpp"
 #include "../support/graph_helpers.hpp"
+#include "../support/hand_layers.hpp"
 
 namespace {
 
@@ -27,7 +27,7 @@ void expect_sharded_mlp_equals_one_device() {
   using T = double;
   using Layout = xshard::data_model_mlp<Mesh>;
   using L = g::layer<mlp_def<T, Layout>>;
-  using Ref = xshard::mlp_block<T, Layout>;
+  using Ref = xshard_test::hand::mlp_block<T, Layout>;
   // The plan is derived from the graph. On 2x2: the block's forward
   // all-reduce over model, and five in the backward (two bias sums and two
   // weight gradients over data, the input gradient over model), as the
@@ -83,7 +83,8 @@ void expect_sharded_mlp_equals_one_device() {
 
 static_assert(
     g::layer<mlp_def<double, xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>>::backward_collectives() ==
-    xshard::mlp_block<double, xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>::backward_collectives());
+    xshard_test::hand::mlp_block<double,
+                                 xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>::backward_collectives());
 
 TEST(GraphSharded, DataModelMlpOn2x2) {
   expect_sharded_mlp_equals_one_device<xshard::mesh<"data=2, model=2">, 1, 5, true>();

@@ -10,13 +10,13 @@
 #include <string_view>
 #include <tuple>
 #include <xshard/graph/graph.hpp>
-#include <xshard/graph/mlp.hpp>
 #include <xshard/nn/mlp.hpp>
 #include <xshard/scan/scan_layers.hpp>
 #include <xshard/spmd/thread_mesh.hpp>
 #include <xtensor/xrandom.hpp>
 
 #include "../support/graph_helpers.hpp"
+#include "../support/hand_layers.hpp"
 
 namespace {
 
@@ -31,7 +31,7 @@ TEST(Graph, MlpEqualsTheHandWrittenBlockBitForBit) {
   const auto p = mlp_params<T>(4, 6);
   const xt::xtensor<T, 2> x = randn<T, 2>({5, 4}), gy = randn<T, 2>({5, 4});
   graph_mlp<T> l;
-  xshard::mlp_block<T> ref;
+  xshard_test::hand::mlp_block<T> ref;
   auto [y, r] = l.forward(p, x);
   auto [y_ref, r_ref] = ref.forward(p, x);
   EXPECT_EQ(y, y_ref);
@@ -96,7 +96,7 @@ struct every_op_def {
   static auto forward(X x, W w, B b, V v, G gate) {
     auto h = g::save<"h">(g::einsum<"bsd,ed->bse">(x, w) + b);              // einsum, bias broadcast
     auto s = g::softmax<-1>(g::scale<1, 2>(h));                             // scale, softmax
-    auto a = g::gelu<g::gelu_kind::tanh>(h) * s - g::gelu(h);               // * and - of one shape
+    auto a = g::gelu<g::gelu_kind::tanh>(h) * s - g::gelu(h) + g::tanh(h);  // * - + of one shape, tanh
     auto m = a * gate;                                                      // gate [1, s, e]: size-1 broadcast
     return g::constrain<void>(x + g::einsum<"bse,de->bsd">(m, v) - x * x);  // x used three times
   }
@@ -183,10 +183,10 @@ TEST(Graph, ScanLayersOverAGraphLayerEqualsTheHandWrittenStack) {
   for (int i = 0; i < 3; ++i) layers.push_back(mlp_params<T>(4, 6));
   const xt::xtensor<T, 2> x = randn<T, 2>({5, 4}), gy = randn<T, 2>({5, 4});
   auto stacked = xshard::stack_params<graph_mlp<T>>(layers);
-  auto stacked_ref = xshard::stack_params<xshard::mlp_block<T>>(layers);
+  auto stacked_ref = xshard::stack_params<xshard_test::hand::mlp_block<T>>(layers);
   // The layers outlive the pullbacks (which keep a pointer to them).
   const graph_mlp<T> layer;
-  const xshard::mlp_block<T> layer_ref;
+  const xshard_test::hand::mlp_block<T> layer_ref;
   for (const xshard::remat policy : {xshard::remat::save_all, xshard::remat::recompute, xshard::remat::dots_saveable}) {
     auto [y, pullback] = xshard::scan_layers_vjp(layer, stacked, x, policy);
     auto [y_ref, pullback_ref] = xshard::scan_layers_vjp(layer_ref, stacked_ref, x, policy);

@@ -1,3 +1,6 @@
+// The layers of nn/, written once as graphs: linear_layer, tanh_linear_layer
+// and mlp_block equal the hand-written layers they replaced
+// (tests/support/hand_layers.hpp) bit for bit, under every remat path.
 // The MLP block (nn/mlp.hpp): its vjp against central finite differences;
 // a stack of them through scan_layers under every remat policy; the same
 // block sharded data x model on a 2x2 thread mesh, alone and stacked in
@@ -9,11 +12,14 @@
 #include <mutex>
 #include <string>
 #include <vector>
+#include <xshard/nn/linear.hpp>
 #include <xshard/nn/mlp.hpp>
 #include <xshard/scan/scan_layers.hpp>
 #include <xshard/spmd/thread_mesh.hpp>
 #include <xtensor/xrandom.hpp>
 #include <xtensor/xtensor.hpp>
+
+#include "../support/hand_layers.hpp"
 
 namespace {
 
@@ -26,24 +32,31 @@ using Sharded = xshard::mlp_block<T, xshard::data_model_mlp<M>>;
 using xshard::collective_kind;
 constexpr xshard::axis_set data = 1, model = 2;
 
-// The plans: one all-reduce over model in the forward (the row-parallel
-// einsum), none for the output constraint; in the backward one all-reduce
-// over data per parameter gradient and one over model for dx.
-static_assert(Sharded::forward_plans()[0].plan.collective_count() == 0);
-static_assert(Sharded::forward_plans()[1].plan.collective_count() == 1 &&
-              Sharded::forward_plans()[1].plan.collectives()[0].kind == collective_kind::all_reduce &&
-              Sharded::forward_plans()[1].plan.collectives()[0].axes == model);
-static_assert(Sharded::constrain_plan().collective_count() == 0);
+// The plans, derived from the graph: one all-reduce over model in the
+// forward (the row-parallel einsum), none for the output constraint; in the
+// backward (nodes last to first) one all-reduce over data per parameter
+// gradient and one over model for dx.
+constexpr auto forward_plan = Sharded::forward_plan();
+static_assert(forward_plan.size() == 1 && forward_plan[0].op == "...m,km->...k" &&
+              forward_plan[0].collectives.size() == 1 &&
+              forward_plan[0].collectives[0].kind == collective_kind::all_reduce &&
+              forward_plan[0].collectives[0].axes == model);
 static_assert(Sharded::forward_collectives() == 1);
 static_assert(Sharded::backward_collectives() == 5);
 constexpr bool backward_axes_ok = [] {
-  const auto b = Sharded::backward_plans();
-  const xshard::axis_set want[6] = {data, data, 0, data, data, model};
-  for (std::size_t i = 0; i < 6; ++i) {
-    const auto c = b[i].plan.collectives();
-    if (want[i] == 0 ? c.size() != 0 : (c.size() != 1 || c[0].axes != want[i])) return false;
+  // + b2 (d b2), the second einsum (d W2), + b1 (d b1), the first einsum
+  // (dx, then d W1).
+  const auto b = Sharded::backward_plan();
+  const std::string_view ops[4] = {"+", "...m,km->...k", "+", "...n,mn->...m"};
+  const xshard::axis_set want[5] = {data, data, data, model, data};
+  std::size_t k = 0;
+  if (b.size() != 4) return false;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    if (b[i].op != ops[i]) return false;
+    for (const auto& c : b[i].collectives)
+      if (k >= 5 || c.kind != collective_kind::all_reduce || c.axes != want[k++]) return false;
   }
-  return true;
+  return k == 5;
 }();
 static_assert(backward_axes_ok);
 // scan_layers hands a plain stack's layers views of the stack (no copy);
@@ -175,7 +188,6 @@ TEST(MlpBlock, ShardedBlockEqualsTheSingleDeviceBlock) {
         dev.counters().calls_of(collective_kind::all_reduce) != 5)
       f.add("backward: " + std::to_string(dev.counters().total_calls()) + " collectives, the plan says 5 all-reduces");
     expect_close(y, y_ref, "y", f);
-    expect_close(r.h, r_ref.h, "h", f);
     expect_close(gx, gx_ref, "dx", f);
     expect_close(std::get<0>(gp), std::get<0>(gp_ref), "d w_in", f);
     expect_close(std::get<1>(gp), std::get<1>(gp_ref), "d b_in", f);
@@ -256,6 +268,66 @@ TEST(MlpBlock, MismatchedStackedShardedParametersNameTheLayer) {
     }
   });
   for (const auto& s : f.list) ADD_FAILURE() << s;
+}
+
+// ---- the graph-defined layers against the hand-written ones
+
+template <class L, class H, std::size_t R>
+void expect_layer_equals_hand_written(unsigned seed) {
+  SCOPED_TRACE(::testing::Message() << "rank " << R);
+  xt::random::seed(seed);
+  std::array<std::size_t, R> shape{};
+  shape.fill(3);
+  shape[R - 1] = 4;
+  const xt::xtensor<T, R> x = xt::random::randn<T>(shape);
+  std::array<std::size_t, R> out_shape = shape;
+  out_shape[R - 1] = 5;
+  const xt::xtensor<T, R> gy = xt::random::randn<T>(out_shape);
+  const typename L::params p{mat(xt::random::randn<T>({5, 4})), vec(xt::random::randn<T>({5}))};
+  const L l;
+  const H h;
+  const auto fwd = l.forward(p, x);
+  const auto fwd_ref = h.forward(p, x);
+  EXPECT_EQ(fwd.first, fwd_ref.first);
+  const auto bwd = l.vjp(p, fwd.second, gy);
+  const auto bwd_ref = h.vjp(p, fwd_ref.second, gy);
+  EXPECT_EQ(bwd.second, bwd_ref.second);
+  EXPECT_EQ(std::get<0>(bwd.first), std::get<0>(bwd_ref.first));
+  EXPECT_EQ(std::get<1>(bwd.first), std::get<1>(bwd_ref.first));
+  // dots_saveable's pair (scan_layers' remat path): the same gradients.
+  const auto dots = l.forward_saving_dots(p, x);
+  EXPECT_EQ(dots.first, fwd_ref.first);
+  const auto bwd_dots = l.vjp(p, l.restore(p, x, dots.second), gy);
+  EXPECT_EQ(bwd_dots.second, bwd_ref.second);
+  EXPECT_EQ(bwd_dots.first, bwd.first);
+}
+
+TEST(NnLayers, LinearLayersEqualTheHandWrittenOnesBitForBit) {
+  using hand = xshard_test::hand::linear_layer<T>;
+  static_assert(xshard::stackable_layer<xshard::linear_layer<T>> && xshard::stackable_layer<hand>);
+  expect_layer_equals_hand_written<xshard::linear_layer<T>, hand, 2>(11);
+  expect_layer_equals_hand_written<xshard::linear_layer<T, 3>, xshard_test::hand::linear_layer<T, 3>, 3>(12);
+  expect_layer_equals_hand_written<xshard::tanh_linear_layer<T>, xshard_test::hand::tanh_linear_layer<T>, 2>(13);
+  expect_layer_equals_hand_written<xshard::tanh_linear_layer<T, 3>, xshard_test::hand::tanh_linear_layer<T, 3>, 3>(14);
+}
+
+TEST(NnLayers, MlpBlockEqualsTheHandWrittenOneBitForBit) {
+  const auto p = random_params(6, 10, 15);
+  xt::random::seed(16);
+  const mat x = xt::random::randn<T>({5, 6}), gy = xt::random::randn<T>({5, 6});
+  const auto check = [&](const auto& l, const auto& h) {
+    const auto fwd = l.forward(p, x);
+    const auto fwd_ref = h.forward(p, x);
+    EXPECT_EQ(fwd.first, fwd_ref.first);
+    const auto bwd = l.vjp(p, fwd.second, gy);
+    const auto bwd_ref = h.vjp(p, fwd_ref.second, gy);
+    EXPECT_EQ(bwd.second, bwd_ref.second);
+    EXPECT_EQ(bwd.first, bwd_ref.first);
+  };
+  check(Dense{}, xshard_test::hand::mlp_block<T>{});
+  xshard_test::hand::mlp_block<T> tanh_ref;
+  tanh_ref.approximate = xshard::gelu_approximate::tanh;
+  check(xshard::mlp_block<T, xshard::replicated_mlp, xshard::graph::gelu_kind::tanh>{}, tanh_ref);
 }
 
 }  // namespace

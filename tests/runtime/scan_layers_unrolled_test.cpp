@@ -16,6 +16,7 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+#include <xshard/nn/linear.hpp>
 #include <xshard/scan/scan_layers.hpp>  // the run-time loop, stack_params: the homogeneous reference
 #include <xshard/scan/scan_layers_unrolled.hpp>
 #include <xshard/trace/trace.hpp>

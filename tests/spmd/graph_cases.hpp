@@ -4,7 +4,7 @@
 // "data=2, model=2", whatever runs them.
 //
 // run_graph_cases(backend) runs, on every device, the graph MLP block
-// (graph/mlp.hpp) in Megatron's data x model layout and a vocabulary-style
+// (nn/mlp.hpp) in Megatron's data x model layout and a vocabulary-style
 // softmax over the model-split dim, forward and vjp, and checks each
 // against the same graph on plain tensors (computed on every device) and
 // each pass's collective counters against the plan derived from the graph.
@@ -20,7 +20,7 @@
 #include <string_view>
 #include <tuple>
 #include <vector>
-#include <xshard/graph/mlp.hpp>
+#include <xshard/nn/mlp.hpp>
 #include <xtensor/xtensor.hpp>
 
 namespace xshard_test {
@@ -71,8 +71,8 @@ std::vector<std::string> run_graph_cases(Backend& backend) {
   using M = typename Backend::mesh_type;
   static_assert(std::is_same_v<M, graph_mesh>, "the graph cases run on the mesh \"data=2, model=2\"");
   using Layout = xshard::data_model_mlp<M>;
-  using Block = xshard::graph::mlp_block<double, Layout>;
-  using Dense = xshard::graph::mlp_block<double>;
+  using Block = xshard::mlp_block<double, Layout>;
+  using Dense = xshard::mlp_block<double>;
   using SX = xshard::sharded<double, 2, M, xshard::spec<"data, model">>;
   using SB = xshard::sharded<double, 1, M, xshard::spec<"model">>;
   using Softmax = xshard::graph::layer<graph_softmax_def<SX, SB>>;

@@ -1,11 +1,11 @@
 // Helpers shared by the graph tests (runtime/graph_test.cpp,
 // runtime/graph_sharded_test.cpp): the MLP block written once
-// (graph/mlp.hpp), random tensors and parameters, the largest difference.
+// (nn/mlp.hpp), random tensors and parameters, the largest difference.
 #pragma once
 
 #include <array>
 #include <cstddef>
-#include <xshard/graph/mlp.hpp>
+#include <xshard/nn/mlp.hpp>
 #include <xtensor/xrandom.hpp>
 #include <xtensor/xtensor.hpp>
 
@@ -14,7 +14,7 @@ namespace xshard_test {
 namespace g = xshard::graph;
 
 template <class T, class Layout = xshard::replicated_mlp>
-using mlp_def = g::mlp_def<T, Layout>;
+using mlp_def = xshard::mlp_def<T, Layout>;
 
 template <class T>
 using graph_mlp = g::layer<mlp_def<T>>;

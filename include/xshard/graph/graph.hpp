@@ -28,6 +28,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -402,6 +403,16 @@ inline std::string node_context(std::size_t i, const node_info& n) {
   return s + ")";
 }
 
+/// One node of a pass that runs collectives: its position, its op (the
+/// equation, kernel name or op), the name save<...> gave it, and the
+/// collectives every device runs for it, in order.
+struct node_plan {
+  std::size_t node = 0;
+  std::string_view op;
+  std::string_view name;
+  node_collectives collectives{};
+};
+
 // ---------------------------------------------------------------------------
 // The program of a result node R with leaves of declared types Decl
 // (std::tuple<input, params...>).
@@ -647,6 +658,11 @@ struct program {
       return std::tuple<std::optional<ct_t<I, Leaves>>...>{};
     }
     (std::make_index_sequence<size>{});
+    if (const shape_rec got = shape_of(gy); !(got == v.shapes[size - 1]))
+      throw error("xshard::graph: the result's gradient has shape " +
+                  detail::shape_string(std::span(got.extents.data(), got.rank)) + " but the result " +
+                  detail::shape_string(std::span(v.shapes[size - 1].extents.data(), v.shapes[size - 1].rank)) +
+                  " (backward)");
     std::get<size - 1>(ct).emplace(gy);
     scopes_t scopes;
     [&]<std::size_t... J>(std::index_sequence<J...>) {
@@ -724,9 +740,9 @@ struct program {
 
   /// Node I's collectives in the forward (Backward = false) or backward.
   template <bool Backward, std::size_t I>
-  static consteval std::size_t collectives_of() {
+  static consteval node_collectives collectives_of() {
     if constexpr (g[I].kind == op_kind::leaf)
-      return 0;
+      return {};
     else
       return [&]<std::size_t... K>(std::index_sequence<K...>) {
         using Y = value_t<node_t<I>, Decl>;
@@ -737,14 +753,34 @@ struct program {
       }
     (std::make_index_sequence<g[I].arity>{});
   }
+  /// The nodes of a pass that run collectives, in the pass's order (the
+  /// backward visits the nodes last to first).
   template <bool Backward>
-  static consteval std::size_t collectives() {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) { return (collectives_of<Backward, I>() + ... + 0); }
+  static consteval static_vector<node_plan, size> plan() {
+    static_vector<node_plan, size> r;
+    auto add = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {
+      const node_collectives c = collectives_of<Backward, I>();
+      if (!c.empty()) r.push_back({I, g[I].text, g[I].name, c});
+    };
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      if constexpr (Backward)
+        (add(std::integral_constant<std::size_t, size - 1 - I>{}), ...);
+      else
+        (add(std::integral_constant<std::size_t, I>{}), ...);
+    }
     (std::make_index_sequence<size>{});
+    return r;
   }
   /// Collectives per forward and per backward on every device.
-  static consteval std::size_t forward_collectives() { return collectives<false>(); }
-  static consteval std::size_t backward_collectives() { return collectives<true>(); }
+  static consteval std::size_t forward_collectives() { return total(plan<false>()); }
+  static consteval std::size_t backward_collectives() { return total(plan<true>()); }
+
+ private:
+  static consteval std::size_t total(const static_vector<node_plan, size>& p) {
+    std::size_t n = 0;
+    for (const node_plan& s : p) n += s.collectives.size();
+    return n;
+  }
 };
 
 // ---------------------------------------------------------------------------
@@ -819,8 +855,12 @@ struct layer {
     return d;
   }
 
+  /// Collectives per forward and per backward on every device, and the
+  /// nodes that run them (node_plan: position, op, name, collectives).
   static consteval std::size_t forward_collectives() { return program_type::forward_collectives(); }
   static consteval std::size_t backward_collectives() { return program_type::backward_collectives(); }
+  static consteval auto forward_plan() { return program_type::template plan<false>(); }
+  static consteval auto backward_plan() { return program_type::template plan<true>(); }
 
  private:
   template <class CT>

@@ -100,6 +100,8 @@ struct ratio {
 enum class gelu_kind : std::uint8_t { none, tanh };
 template <gelu_kind A>
 struct gelu_op : op_traits<op_kind::composite, "gelu", true> {};
+/// tanh, elementwise (its vjp reads its output: g (1 - y^2)).
+struct tanh_op : op_traits<op_kind::elementwise, "tanh", false, true> {};
 template <int Dim>
 struct softmax_op : op_traits<op_kind::composite, "softmax", false, true> {};
 /// layer_norm over the last dim (no weight or bias: multiply and add them
@@ -171,6 +173,10 @@ constexpr node<scale_op<ratio<Num, Den>>, A> scale(A) {
 }
 template <gelu_kind K = gelu_kind::none, Node A>
 constexpr node<gelu_op<K>, A> gelu(A) {
+  return {};
+}
+template <Node A>
+constexpr node<tanh_op, A> tanh(A) {
   return {};
 }
 template <int Dim = -1, Node A>

@@ -13,6 +13,8 @@
 //                                         values the op declared it needs
 //                                         (graph::needs_*) and every shape
 //   rule<Op>::forward_collectives<Y, A...>(), backward_collectives<...>()
+//                                         the collectives each device runs,
+//                                         in order (node_collectives)
 //
 // Broadcasting (+, -, *) follows numpy's trailing-dim rule on plain values;
 // on sharded values both operands have one layout, or the second is a
@@ -33,6 +35,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include "../core/error.hpp"
+#include "../core/static_vector.hpp"
 #include "../core/tensor_traits.hpp"
 #include "../einsum/einsum.hpp"
 #include "../einsum/grad.hpp"
@@ -98,6 +101,14 @@ inline constexpr std::size_t rank_v = [] {
 template <class V>
 using plain_t = xt::xtensor<element_t<V>, rank_v<V>>;
 
+/// "[2,3]".
+template <class S>
+std::string shape_string(const S& s) {
+  std::string t = "[";
+  for (std::size_t d = 0; d < s.size(); ++d) t += (d ? "," : "") + std::to_string(s[d]);
+  return t + "]";
+}
+
 /// g (numpy-broadcast from shape s) summed back to shape s, as a tensor of
 /// rank R.
 template <std::size_t R, class G>
@@ -112,6 +123,13 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
     else
       return xt::xtensor<T, R>(g);
   }
+  // g must be s broadcast: never index past out for any other shape.
+  bool broadcast = gr >= R;
+  for (std::size_t d = 0; broadcast && d < R; ++d)
+    broadcast = s.extents[R - 1 - d] == 1 || s.extents[R - 1 - d] == g.shape()[gr - 1 - d];
+  if (!broadcast)
+    throw error("xshard::graph: a gradient of shape " + shape_string(g.shape()) + " is not the broadcast of " +
+                shape_string(std::span(s.extents.data(), R)));
   // Each element of g adds into the element of s it was broadcast from:
   // leading dims of g and the size-1 dims of s are summed.
   std::array<std::size_t, R> shape{};
@@ -136,13 +154,6 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
     }
   }
   return out;
-}
-
-template <class S>
-std::string shape_string(const S& s) {
-  std::string t = "[";
-  for (std::size_t d = 0; d < s.size(); ++d) t += (d ? "," : "") + std::to_string(s[d]);
-  return t + "]";
 }
 
 /// numpy's rule: trailing dims equal or 1; an xshard::error naming both
@@ -227,15 +238,49 @@ constexpr void check_sharded_binary() {
 template <class Op>
 struct rule;
 
+/// The collectives of one node's forward or backward on every device, in
+/// order: kind, mesh axes, and the operand it acts on (-1: the result).
+inline constexpr std::size_t max_node_collectives = 16;
+using node_collectives = static_vector<planned_collective, max_node_collectives>;
+
+namespace detail {
+
+/// to += what; a node with more collectives than node_collectives holds
+/// does not compile (consteval).
+constexpr void append(node_collectives& to, const auto& what) {
+  for (const planned_collective& c : what) {
+    if (to.full()) throw "xshard::graph: a node runs more than max_node_collectives collectives";
+    to.push_back(c);
+  }
+}
+/// The collectives of a redistribution of operand `tensor`.
+constexpr node_collectives collectives_of(const redist_plan& p, int tensor) {
+  node_collectives r;
+  for (const redist_step& s : p.steps)
+    if (is_collective(s.kind)) append(r, std::array{planned_collective{collective_of(s.kind), s.axes, tensor}});
+  return r;
+}
+/// n all-reduces over `axes` (none if axes is empty): the partial sums of a
+/// composite over a split dim.
+constexpr node_collectives all_reduces(axis_set axes, std::size_t n, int tensor = -1) {
+  node_collectives r;
+  if (axes != 0)
+    for (std::size_t i = 0; i < n; ++i)
+      append(r, std::array{planned_collective{collective_kind::all_reduce, axes, tensor}});
+  return r;
+}
+
+}  // namespace detail
+
 /// The collectives of an op that runs on each device's block alone: none.
 struct local_op {
   template <class...>
-  static consteval std::size_t forward_collectives() {
-    return 0;
+  static consteval node_collectives forward_collectives() {
+    return {};
   }
   template <class...>
-  static consteval std::size_t backward_collectives() {
-    return 0;
+  static consteval node_collectives backward_collectives() {
+    return {};
   }
 };
 
@@ -253,19 +298,20 @@ struct rule<einsum_op<Eq>> {
     (std::index_sequence_for<A...>{});
   }
   template <class Y, class... A>
-  static consteval std::size_t forward_collectives() {
-    if constexpr ((Sharded<A> && ...))
-      return einsum_plan_of<Eq, A...>().collective_count();
-    else
-      return 0;
+  static consteval node_collectives forward_collectives() {
+    node_collectives r;
+    if constexpr ((Sharded<A> && ...)) detail::append(r, einsum_plan_of<Eq, A...>().collectives());
+    return r;
   }
+  /// Operand K's gradient einsum, K = 0, 1, ... (the order vjp is asked).
   template <class Y, class... A>
-  static consteval std::size_t backward_collectives() {
-    if constexpr ((Sharded<A> && ...)) return [&]<std::size_t... K>(std::index_sequence<K...>) {
-        return (einsum_vjp_plan<Eq, K, Y, A...>().collective_count() + ...);
+  static consteval node_collectives backward_collectives() {
+    node_collectives r;
+    if constexpr ((Sharded<A> && ...)) [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (detail::append(r, einsum_vjp_plan<Eq, K, Y, A...>().collectives()), ...);
       }
     (std::index_sequence_for<A...>{});
-    else return 0;
+    return r;
   }
 };
 
@@ -279,13 +325,13 @@ struct rule<einsum_to_op<Eq, S>> : rule<einsum_op<Eq>> {
       return ::xshard::einsum<Eq>(a...);
   }
   template <class Y, class... A>
-  static consteval std::size_t forward_collectives() {
+  static consteval node_collectives forward_collectives() {
+    node_collectives r;
     if constexpr ((Sharded<A> && ...)) {
       using M = typename std::remove_cvref_t<std::tuple_element_t<0, std::tuple<A...>>>::mesh_type;
-      return einsum_plan_to<Eq, M, S, typename std::remove_cvref_t<A>::spec_type...>().collective_count();
-    } else {
-      return 0;
+      detail::append(r, einsum_plan_to<Eq, M, S, typename std::remove_cvref_t<A>::spec_type...>().collectives());
     }
+    return r;
   }
 };
 
@@ -389,19 +435,24 @@ struct rule<binary_op<B>> {
     }
   }
   template <class Y, class A0, class A1>
-  static consteval std::size_t forward_collectives() {
-    return 0;
+  static consteval node_collectives forward_collectives() {
+    return {};
   }
+  /// A bias's gradient: the sum over every dim but the last (its plan).
   template <class Y, class A0, class A1>
-  static consteval std::size_t backward_collectives() {
+  static consteval node_collectives backward_collectives() {
+    node_collectives r;
     if constexpr (detail::is_bias_of<A0, A1>()) {
       using DY = std::remove_cvref_t<Y>;
       using D1 = std::remove_cvref_t<A1>;
-      return einsum_plan_to<"...m->m", typename DY::mesh_type, typename D1::spec_type, typename DY::spec_type>()
-          .collective_count();
-    } else {
-      return 0;
+      for (planned_collective c :
+           einsum_plan_to<"...m->m", typename DY::mesh_type, typename D1::spec_type, typename DY::spec_type>()
+               .collectives()) {
+        c.tensor = 1;
+        detail::append(r, std::array{c});
+      }
     }
+    return r;
   }
 };
 
@@ -418,6 +469,26 @@ struct rule<scale_op<C>> : local_op {
   template <std::size_t K, class G, class Y, class A>
   static auto vjp(G&& g, const vjp_context<Y, A>&) {
     return eval(g);
+  }
+};
+
+template <>
+struct rule<tanh_op> : local_op {
+  template <class X>
+  static auto eval(const X& a) {
+    if constexpr (Sharded<X>)
+      return local_map(a, [](const auto& v) { return xt::tanh(v); });
+    else
+      return detail::plain_t<X>(xt::tanh(a));
+  }
+  template <std::size_t K, class G, class Y, class A>
+  static auto vjp(G&& g, const vjp_context<Y, A>& c) {
+    using T = detail::element_t<A>;
+    auto f = [](const auto& u, const auto& y) { return u * (T(1) - y * y); };
+    if constexpr (Sharded<G>)
+      return local_zip(g, *c.y, f);
+    else
+      return detail::plain_t<A>(f(g, *c.y));
   }
 };
 
@@ -559,12 +630,12 @@ struct rule<softmax_op<Dim>> {
     }
   }
   template <class Y, class A>
-  static consteval std::size_t forward_collectives() {
-    return split<A> != 0 ? 2 : 0;
+  static consteval node_collectives forward_collectives() {
+    return detail::all_reduces(split<A>, 2);
   }
   template <class Y, class A>
-  static consteval std::size_t backward_collectives() {
-    return split<A> != 0 ? 1 : 0;
+  static consteval node_collectives backward_collectives() {
+    return detail::all_reduces(split<A>, 1, 0);
   }
 };
 
@@ -721,12 +792,12 @@ struct rule<layer_norm_op<Eps>> {
       });
   }
   template <class Y, class A>
-  static consteval std::size_t forward_collectives() {
-    return split<A> != 0 ? 2 : 0;
+  static consteval node_collectives forward_collectives() {
+    return detail::all_reduces(split<A>, 2);
   }
   template <class Y, class A>
-  static consteval std::size_t backward_collectives() {
-    return split<A> != 0 ? 3 : 0;
+  static consteval node_collectives backward_collectives() {
+    return detail::all_reduces(split<A>, 3, 0);
   }
 };
 
@@ -816,12 +887,12 @@ struct rule<rms_norm_op<Eps>> {
       });
   }
   template <class Y, class A>
-  static consteval std::size_t forward_collectives() {
-    return split<A> != 0 ? 1 : 0;
+  static consteval node_collectives forward_collectives() {
+    return detail::all_reduces(split<A>, 1);
   }
   template <class Y, class A>
-  static consteval std::size_t backward_collectives() {
-    return split<A> != 0 ? 2 : 0;
+  static consteval node_collectives backward_collectives() {
+    return detail::all_reduces(split<A>, 2, 0);
   }
 };
 
@@ -967,16 +1038,19 @@ struct rule<custom_op<Name, Sig, Kernel>> {
     }
   }
   template <class Y, class... A>
-  static consteval std::size_t forward_collectives() {
-    return 0;
+  static consteval node_collectives forward_collectives() {
+    return {};
   }
+  /// Operand K's gradient is all-reduced over the axes its partial sums
+  /// span (the signature's rule).
   template <class Y, class... A>
-  static consteval std::size_t backward_collectives() {
-    if constexpr ((Sharded<A> && ...)) return [&]<std::size_t... K>(std::index_sequence<K...>) {
-        return ((sharding<A...>::partial(K) != 0 ? 1 : 0) + ... + 0);
+  static consteval node_collectives backward_collectives() {
+    node_collectives r;
+    if constexpr ((Sharded<A> && ...)) [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (detail::append(r, detail::all_reduces(sharding<A...>::partial(K), 1, static_cast<int>(K))), ...);
       }
     (std::index_sequence_for<A...>{});
-    else return 0;
+    return r;
   }
 };
 
@@ -1003,22 +1077,22 @@ struct rule<constrain_op<S>> {
     }
   }
   template <class Y, class A>
-  static consteval std::size_t forward_collectives() {
+  static consteval node_collectives forward_collectives() {
     if constexpr (Sharded<A>)
-      return redistribute_plan<A, S>().collective_count();
+      return detail::collectives_of(redistribute_plan<A, S>(), 0);
     else
-      return 0;
+      return {};
   }
   template <class Y, class A>
-  static consteval std::size_t backward_collectives() {
+  static consteval node_collectives backward_collectives() {
     if constexpr (Sharded<A>) {
       using D = std::remove_cvref_t<A>;
       if constexpr (std::remove_cvref_t<Y>::resolved == D::resolved)
-        return 0;
+        return {};
       else
-        return redistribute_plan<Y, typename D::spec_type>().collective_count();
+        return detail::collectives_of(redistribute_plan<Y, typename D::spec_type>(), -1);
     } else {
-      return 0;
+      return {};
     }
   }
 };

@@ -2,6 +2,12 @@
 //
 //   y = einsum("...n,mn->...m", x, weight) + bias
 //
+// Two forms: `linear<T>`, a module that owns its weight and bias, and the
+// layers `linear_layer<T, R>` and `tanh_linear_layer<T, R>` (the layer
+// protocol of nn/layer.hpp, parameters outside, for scan_layers), written
+// once as graphs (graph/graph.hpp): their vjp and remat residuals are
+// derived.
+//
 // The leading dims of x are never flattened: a 2-D sharding of x (batch and
 // sequence) survives the layer, which is why torch_xla moved its linear to
 // einsum. The backward is derived, never written by hand:
@@ -10,16 +16,20 @@
 //   db = broadcast_grad<"...m", "m">      = "...m->m"
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <string_view>
+#include <tuple>
 #include <utility>
 #include <xtensor/xtensor.hpp>
 
 #include "../einsum/einsum.hpp"
 #include "../einsum/grad.hpp"
+#include "../graph/graph.hpp"
 
 namespace xshard {
 
@@ -78,5 +88,38 @@ class linear {
   xt::xtensor<T, 2> weight_;
   std::optional<xt::xtensor<T, 1>> bias_;
 };
+
+/// The definitions of the layers below (graph::layer takes them).
+template <class T, std::size_t R>
+struct linear_def {
+  using input = xt::xtensor<T, R>;
+  using params = std::tuple<xt::xtensor<T, 2>, xt::xtensor<T, 1>>;  // W [m, n], b [m]
+  static constexpr std::array<std::string_view, 2> param_names{"weight", "bias"};
+  template <class X, class W, class B>
+  static auto forward(X x, W w, B b) {
+    return graph::einsum<"...n,mn->...m">(x, w) + b;
+  }
+};
+template <class T, std::size_t R>
+struct tanh_linear_def : linear_def<T, R> {
+  template <class X, class W, class B>
+  static auto forward(X x, W w, B b) {
+    return graph::tanh(linear_def<T, R>::forward(x, w, b));
+  }
+};
+
+/// y = einsum("...n,mn->...m", x, W) + b on rank-R activations (the einsum
+/// linear: leading dims are never flattened). The vjp is derived:
+///   dx = einsum_grad<"...n,mn->...m", 0>  = "...m,mn->...n"
+///   dW = einsum_grad<"...n,mn->...m", 1>  = "...m,...n->mn"
+///   db = the sum of gy over its broadcast dims
+template <class T, std::size_t R = 2>
+struct linear_layer : graph::layer<linear_def<T, R>> {};
+
+/// y = tanh(x W^T + b): a linear followed by an elementwise activation.
+/// remat::dots_saveable keeps the einsum's output and recomputes the bias
+/// add and tanh in the backward.
+template <class T, std::size_t R = 2>
+struct tanh_linear_layer : graph::layer<tanh_linear_def<T, R>> {};
 
 }  // namespace xshard
