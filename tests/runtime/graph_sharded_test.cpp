@@ -302,3 +302,60 @@ TEST(GraphSharded, RmsNormOverAnUnsplitLastDim) {
 }
 
 }  // namespace
+
+namespace {
+
+// Division on blocks: by a rank-1 operand along the split last dim (a
+// bias-like divisor) and between two values of one layout. Forward: no
+// collective; backward: the divisor's gradient summed over data.
+template <class X, class G>
+auto divisions(X x, G gain) {
+  return x / gain + x / (x * x);
+}
+struct div_def {
+  using M = xshard::mesh<"data=2, model=2">;
+  using input = xshard::sharded<double, 2, M, xshard::spec<"data, model">>;
+  using params = std::tuple<xshard::sharded<double, 1, M, xshard::spec<"model">>>;
+  static constexpr std::array<std::string_view, 1> param_names{"divisor"};
+  template <class X, class G>
+  static auto forward(X x, G gain) {
+    return divisions(x, gain);
+  }
+};
+struct div_plain_def {
+  using input = xt::xtensor<double, 2>;
+  using params = std::tuple<xt::xtensor<double, 1>>;
+  static constexpr std::array<std::string_view, 1> param_names{"divisor"};
+  template <class X, class G>
+  static auto forward(X x, G gain) {
+    return divisions(x, gain);
+  }
+};
+
+TEST(GraphSharded, DivisionByARank1OperandAndBetweenValuesOfOneLayout) {
+  using L = g::layer<div_def>;
+  using P = g::layer<div_plain_def>;
+  static_assert(L::forward_collectives() == 0 && L::backward_collectives() == 1);
+  xt::random::seed(17);
+  // Away from zero: 1 .. 2.
+  const xt::xtensor<double, 2> x = xt::random::rand<double>({5, 9}) + 1.0, gy = randn<double, 2>({5, 9});
+  const xt::xtensor<double, 1> divisor = xt::random::rand<double>({9}) + 1.0;
+  const auto one = P{}.forward(std::tuple{divisor}, x);
+  const auto one_grads = P{}.vjp(std::tuple{divisor}, one.second, gy);
+  xshard::thread_mesh<div_def::M> mesh;
+  mesh.run([&](auto& dev) {
+    const L::params p{xshard::distribute<xshard::spec<"model">>(dev, divisor)};
+    const auto xs = xshard::distribute<xshard::spec<"data, model">>(dev, x);
+    dev.reset_counters();
+    const auto fwd = L{}.forward(p, xs);
+    EXPECT_EQ(dev.counters().total_calls(), L::forward_collectives());
+    dev.reset_counters();
+    const auto grads = L{}.vjp(p, fwd.second, xshard::distribute<xshard::spec<"data, model">>(dev, gy));
+    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives());
+    EXPECT_LT(max_diff(xshard::gather(fwd.first), one.first), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(grads.second), one_grads.second), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(std::get<0>(grads.first)), std::get<0>(one_grads.first)), 1e-12);
+  });
+}
+
+}  // namespace

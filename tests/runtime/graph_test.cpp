@@ -439,3 +439,51 @@ TEST(Graph, RmsNormMatchesFiniteDifferences) {
 }
 
 }  // namespace
+
+namespace {
+
+// Division with broadcasting: by a rank-1 divisor, by a size-1-broadcast
+// one, and with the input as the divisor; against central differences.
+struct div_def {
+  using input = xt::xtensor<double, 2>;  // [r, d]
+  using params = std::tuple<xt::xtensor<double, 1>, xt::xtensor<double, 2>>;
+  static constexpr std::array<std::string_view, 2> param_names{"a", "c"};
+  template <class X, class A, class C>
+  static auto forward(X x, A a, C c) {
+    return x / a + c / x - x / c;  // a [d]; c [1, d]
+  }
+};
+using div_layer = g::layer<div_def>;
+
+TEST(Graph, DivisionMatchesFiniteDifferences) {
+  xt::random::seed(18);
+  div_layer::params p{xt::random::rand<double>({4}) + 1.0, xt::random::rand<double>({1, 4}) + 1.0};
+  xt::xtensor<double, 2> x = xt::random::rand<double>({3, 4}) + 1.0;
+  const xt::xtensor<double, 2> c = randn<double, 2>({3, 4});
+  const auto value = [&] {
+    return xt::sum(div_layer::program_type::evaluate(x, std::get<0>(p), std::get<1>(p)) * c)();
+  };
+  const auto [y, r] = div_layer{}.forward(p, x);
+  const xt::xtensor<double, 2> want = x / std::get<0>(p) + std::get<1>(p) / x - x / std::get<1>(p);
+  EXPECT_LT(max_diff(y, want), 1e-15);
+  const auto [gp, gx] = div_layer{}.vjp(p, r, c);
+  const auto check = [&](auto& t, const auto& grad, const char* what) {
+    SCOPED_TRACE(what);
+    const double h = 1e-6;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const double keep = t.data()[i];
+      t.data()[i] = keep + h;
+      const double up = value();
+      t.data()[i] = keep - h;
+      const double down = value();
+      t.data()[i] = keep;
+      const double fd = (up - down) / (2 * h);
+      EXPECT_LT(std::abs(fd - grad.data()[i]) / std::max(1.0, std::abs(fd)), 1e-6) << i;
+    }
+  };
+  check(x, gx, "x");
+  check(std::get<0>(p), std::get<0>(gp), "a");
+  check(std::get<1>(p), std::get<1>(gp), "c");
+}
+
+}  // namespace

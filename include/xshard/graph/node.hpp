@@ -82,13 +82,14 @@ struct einsum_op : op_traits<op_kind::einsum, Eq, true> {};
 /// plain values, einsum<Eq>.
 template <fixed_string Eq, class S>
 struct einsum_to_op : einsum_op<Eq> {};
-enum class binary : std::uint8_t { add, sub, mul };
+enum class binary : std::uint8_t { add, sub, mul, div };
 template <binary B>
 struct binary_op : op_traits<op_kind::elementwise,
                              B == binary::add   ? fixed_string("+")
                              : B == binary::sub ? fixed_string("-")
-                                                : fixed_string("*"),
-                             B == binary::mul> {};
+                             : B == binary::mul ? fixed_string("*")
+                                                : fixed_string("/"),
+                             B == binary::mul || B == binary::div> {};
 /// Multiplication by the constant C::value (a type, so the graph stays a
 /// type: ratio<1, 8>, or any struct with a static constexpr value).
 template <class C>
@@ -161,6 +162,10 @@ constexpr node<binary_op<binary::sub>, A, B> operator-(A, B) {
 }
 template <Node A, Node B>
 constexpr node<binary_op<binary::mul>, A, B> operator*(A, B) {
+  return {};
+}
+template <Node A, Node B>
+constexpr node<binary_op<binary::div>, A, B> operator/(A, B) {
   return {};
 }
 template <class C, Node A>

@@ -28,6 +28,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -159,12 +160,12 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
 /// numpy's rule: trailing dims equal or 1; an xshard::error naming both
 /// shapes otherwise.
 template <class SA, class SB>
-void check_broadcast(const SA& a, const SB& b, const char* op) {
+void check_broadcast(const SA& a, const SB& b, std::string_view op) {
   const std::size_t n = std::min(a.size(), b.size());
   for (std::size_t d = 1; d <= n; ++d) {
     const std::size_t x = a[a.size() - d], y = b[b.size() - d];
     if (x != y && x != 1 && y != 1)
-      throw error(std::string("xshard::graph: ") + op + " of shapes " + shape_string(a) + " and " + shape_string(b) +
+      throw error("xshard::graph: " + std::string(op) + " of shapes " + shape_string(a) + " and " + shape_string(b) +
                   " does not broadcast (dim -" + std::to_string(d) + ": " + std::to_string(x) + " vs " +
                   std::to_string(y) + ")");
   }
@@ -180,8 +181,10 @@ void bias_rows(T* out, const T* a, const V& b, std::size_t rows, std::size_t n) 
           out[j] = a[j] + bp[j];
         else if constexpr (B == binary::sub)
           out[j] = a[j] - bp[j];
-        else
+        else if constexpr (B == binary::mul)
           out[j] = a[j] * bp[j];
+        else
+          out[j] = a[j] / bp[j];
       }
   };
   if constexpr (std::is_same_v<V, xt::xtensor<T, 1>>) {
@@ -346,8 +349,10 @@ struct rule<binary_op<B>> {
         return u + v;
       else if constexpr (B == binary::sub)
         return u - v;
-      else
+      else if constexpr (B == binary::mul)
         return u * v;
+      else
+        return u / v;
     };
     if constexpr (Sharded<X>) {
       if constexpr (detail::is_bias_of<X, Y>()) {
@@ -356,8 +361,10 @@ struct rule<binary_op<B>> {
           r.local() += b.local();
         else if constexpr (B == binary::sub)
           r.local() -= b.local();
-        else
+        else if constexpr (B == binary::mul)
           r.local() *= b.local();
+        else
+          r.local() /= b.local();
         return r;
       } else {
         return local_zip(a, b, f);
@@ -365,7 +372,7 @@ struct rule<binary_op<B>> {
     } else {
       using T = detail::element_t<X>;
       constexpr std::size_t R = std::max(detail::rank_v<X>, detail::rank_v<Y>);
-      detail::check_broadcast(a.shape(), b.shape(), B == binary::add ? "+" : B == binary::sub ? "-" : "*");
+      detail::check_broadcast(a.shape(), b.shape(), binary_op<B>::text);
       if constexpr (detail::rank_v<Y> == 1 && std::is_same_v<DA, xt::xtensor<T, R>>) {
         // A rank-1 operand along the last dim (a bias): row by row.
         const std::size_t n = a.shape()[R - 1];
@@ -392,8 +399,10 @@ struct rule<binary_op<B>> {
             r += b;
           else if constexpr (B == binary::sub)
             r -= b;
-          else
+          else if constexpr (B == binary::mul)
             r *= b;
+          else
+            r /= b;
           return r;
         }
       }
@@ -408,14 +417,25 @@ struct rule<binary_op<B>> {
       using D = std::remove_cvref_t<A>;
       using DG = std::remove_cvref_t<G>;
       auto scaled = [&] {
-        if constexpr (passes)
+        if constexpr (passes) {
           return DG(std::forward<G>(g));
-        else if constexpr (B == binary::sub)
+        } else if constexpr (B == binary::sub) {
           return local_map(g, [](const auto& v) { return -v; });
-        else if constexpr (K == 0 && detail::is_bias_of<A0, A1>()) {
-          DG r(g);  // g times the rank-1 operand along the last dim
-          r.local() *= c.template operand<1>().local();
+        } else if constexpr (B == binary::div && K == 1) {
+          // -g a / b^2, b possibly a rank-1 operand along the last dim
+          DG r = local_zip(g, c.template operand<0>(), [](const auto& u, const auto& v) { return -u * v; });
+          const auto& b = c.template operand<1>().local();
+          r.local() /= b * b;
           return r;
+        } else if constexpr (K == 0 && detail::is_bias_of<A0, A1>()) {
+          DG r(g);  // g times (over) the rank-1 operand along the last dim
+          if constexpr (B == binary::mul)
+            r.local() *= c.template operand<1>().local();
+          else
+            r.local() /= c.template operand<1>().local();
+          return r;
+        } else if constexpr (B == binary::div) {
+          return local_zip(g, c.template operand<1>(), [](const auto& u, const auto& v) { return u / v; });
         } else {
           return local_zip(g, c.template operand<1 - K>(), [](const auto& u, const auto& v) { return u * v; });
         }
@@ -430,8 +450,14 @@ struct rule<binary_op<B>> {
         return detail::sum_to<R>(std::forward<G>(g), c.a_shapes[K]);
       else if constexpr (B == binary::sub)
         return detail::sum_to<R>(xt::eval(-g), c.a_shapes[K]);
-      else
+      else if constexpr (B == binary::mul)
         return detail::sum_to<R>(xt::eval(g * c.template operand<1 - K>()), c.a_shapes[K]);
+      else if constexpr (K == 0)
+        return detail::sum_to<R>(xt::eval(g / c.template operand<1>()), c.a_shapes[K]);
+      else
+        return detail::sum_to<R>(
+            xt::eval(-g * c.template operand<0>() / (c.template operand<1>() * c.template operand<1>())),
+            c.a_shapes[K]);
     }
   }
   template <class Y, class A0, class A1>
