@@ -15,6 +15,7 @@
 // does not have).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -22,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #include <xtensor/xarray.hpp>
@@ -223,7 +225,6 @@ auto einsum_vjp(const G& gy, const E&... ops) {
   constexpr std::int64_t rank = tensor_rank_v<decltype(xi)>;
   using result_t =
       std::conditional_t<(rank >= 0), xt::xtensor<T, static_cast<std::size_t>(rank < 0 ? 0 : rank)>, xt::xarray<T>>;
-  result_t dx = result_t::from_shape(xi.shape());
   // Labels: xi's own (its ellipsis dims right-aligned to the broadcast
   // ellipsis of the forward equation), the reduced gradient's.
   std::vector<int> xl(fb.operand_labels[I].begin(), fb.operand_labels[I].end());
@@ -236,6 +237,20 @@ auto einsum_vjp(const G& gy, const E&... ops) {
   std::vector<int> gl;
   for (int id : gb.output_labels)
     gl.push_back(id >= einsum_letter_ids ? id + (fb.ellipsis_dims - gb.ellipsis_dims) : id);
+  result_t dx;
+  // The usual case (a GEMM's operands): the reduced gradient has operand
+  // I's labels in its order and its extents, so it is the gradient.
+  if (gl == xl && std::equal(reduced.shape().begin(), reduced.shape().end(), xi.shape().begin(), xi.shape().end())) {
+    if constexpr (std::is_same_v<decltype(reduced), result_t>) {
+      return reduced;
+    } else {
+      const auto r = xt::eval(reduced);
+      dx = result_t::from_shape(xi.shape());
+      std::copy(r.data(), r.data() + r.size(), dx.data());
+      return dx;
+    }
+  }
+  dx = result_t::from_shape(xi.shape());
   const xt::xarray<T> rg = reduced;
   std::vector<std::int64_t> rshape(rg.shape().begin(), rg.shape().end());
   detail::scatter_grad<T>(rg.data(), rshape, gl, dx.data(), xshape, xl);

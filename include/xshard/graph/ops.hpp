@@ -136,13 +136,23 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
   std::array<std::size_t, R> shape{};
   std::copy_n(s.extents.begin(), R, shape.begin());
   xt::xtensor<T, R> out = xt::zeros<T>(shape);
+  const auto gc = xt::eval(g);
+  if (std::find(shape.begin(), shape.end(), std::size_t(1)) == shape.end()) {
+    // Only leading dims broadcast (a bias): sum rows of out.size() values.
+    const std::size_t n = out.size(), rows = n ? gc.size() / n : 0;
+    T* o = out.data();
+    for (std::size_t r = 0; r < rows; ++r) {
+      const T* row = gc.data() + r * n;
+      for (std::size_t j = 0; j < n; ++j) o[j] += row[j];
+    }
+    return out;
+  }
   std::vector<std::size_t> step(gr, 0);  // out's stride along each dim of g
   for (std::size_t d = 0, st = 1; d < R; ++d) {
     const std::size_t od = R - 1 - d;
     if (s.extents[od] != 1) step[gr - 1 - d] = st;
     st *= s.extents[od];
   }
-  const auto gc = xt::eval(g);
   std::vector<std::size_t> idx(gr, 0);
   std::size_t at = 0;
   for (const T& v : gc) {
