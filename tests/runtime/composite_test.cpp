@@ -172,6 +172,78 @@ TYPED_TEST(CompositeTyped, GeluNonFiniteValues) {
   }
 }
 
+// The run-time dispatched x86 kernels (ops/arch/gelu_x86.hpp), each one
+// the CPU has, against the decomposition: sizes around every vector width,
+// every magnitude, and the non-finite values; AVX2 and AVX-512 agree.
+TEST(CompositeGelu, EveryX86KernelTheCpuRunsMatchesTheDecomposition) {
+#if XSHARD_X86_KERNELS
+  const xshard::simd_isa cpu = xshard::detail::cpu_isa();
+  unsigned seed = 100;
+  for (double mag : magnitudes)
+    for (std::size_t n : odd_sizes) {
+      auto x = random_tensor<float>(std::array<std::size_t, 1>{n}, mag, seed++);
+      const auto g = random_tensor<float>(std::array<std::size_t, 1>{n}, 1.0, seed++);
+      if (n >= 9) {  // non-finite lanes inside a vector and in the tail
+        x(1) = std::numeric_limits<float>::infinity();
+        x(2) = -std::numeric_limits<float>::infinity();
+        x(n - 2) = std::numeric_limits<float>::quiet_NaN();
+      }
+      const auto want = xshard::gelu(x, gelu_approximate::none, composite_mode::decompose);
+      const auto dwant = xshard::gelu_backward(g, x, gelu_approximate::none, composite_mode::decompose);
+      const std::string what = "n=" + std::to_string(n) + " magnitude=" + std::to_string(mag);
+      xt::xtensor<float, 1> y512 = xt::zeros<float>({n}), d512 = xt::zeros<float>({n});
+      if (cpu == xshard::simd_isa::avx512) {
+        xshard::detail::x86::avx512::gelu(x.data(), y512.data(), n);
+        xshard::detail::x86::avx512::gelu_backward(g.data(), x.data(), d512.data(), n);
+        expect_close(
+            y512, want, elementwise_tol<float>, [&](std::size_t i) { return std::abs(double(x(i))); },
+            "avx512 gelu " + what);
+        expect_close(
+            d512, dwant, elementwise_tol<float>, [&](std::size_t i) { return std::abs(double(g(i))); },
+            "avx512 gelu_backward " + what);
+      }
+      if (cpu != xshard::simd_isa::generic) {
+        xt::xtensor<float, 1> y = xt::zeros<float>({n}), d = xt::zeros<float>({n});
+        xshard::detail::x86::avx2::gelu(x.data(), y.data(), n);
+        xshard::detail::x86::avx2::gelu_backward(g.data(), x.data(), d.data(), n);
+        expect_close(
+            y, want, elementwise_tol<float>, [&](std::size_t i) { return std::abs(double(x(i))); },
+            "avx2 gelu " + what);
+        expect_close(
+            d, dwant, elementwise_tol<float>, [&](std::size_t i) { return std::abs(double(g(i))); },
+            "avx2 gelu_backward " + what);
+        if (cpu == xshard::simd_isa::avx512) {  // one algorithm: the same bits
+          for (std::size_t i = 0; i < n; ++i) {
+            if (!std::isnan(y(i))) {
+              EXPECT_EQ(y(i), y512(i)) << what << " at " << i;
+            }
+            if (!std::isnan(d(i))) {
+              EXPECT_EQ(d(i), d512(i)) << what << " at " << i;
+            }
+          }
+        }
+      }
+    }
+#else
+  GTEST_SKIP() << "no x86-64 kernels in this build";
+#endif
+}
+
+// XSHARD_ISA caps the CPU's instruction set; a word it does not know is an
+// error naming it.
+TEST(CompositeIsa, EnvironmentVariableCapsTheCpusInstructionSet) {
+  using xshard::simd_isa;
+  using xshard::detail::capped_isa;
+  EXPECT_EQ(capped_isa(simd_isa::avx512, nullptr), simd_isa::avx512);
+  EXPECT_EQ(capped_isa(simd_isa::avx512, "avx2"), simd_isa::avx2);
+  EXPECT_EQ(capped_isa(simd_isa::avx512, "generic"), simd_isa::generic);
+  EXPECT_EQ(capped_isa(simd_isa::avx2, "avx512"), simd_isa::avx2);  // not more than the CPU has
+  EXPECT_EQ(capped_isa(simd_isa::generic, "avx2"), simd_isa::generic);
+  EXPECT_EQ(error_text([] { (void)capped_isa(simd_isa::avx2, "sse9"); }),
+            "xshard: XSHARD_ISA='sse9' is not one of avx512, avx2, generic");
+  EXPECT_EQ(xshard::active_isa(), capped_isa(xshard::detail::cpu_isa(), std::getenv("XSHARD_ISA")));
+}
+
 TEST(CompositeGelu, BackwardMatchesFiniteDifferences) {
   const auto x = random_tensor<double>(std::array<std::size_t, 2>{3, 37}, 2.0, 11);
   const auto g = random_tensor<double>(std::array<std::size_t, 2>{3, 37}, 1.0, 12);

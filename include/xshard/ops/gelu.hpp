@@ -24,6 +24,8 @@
 #include <string_view>
 #include <utility>
 
+#include "arch/gelu_x86.hpp"
+#include "arch/isa.hpp"
 #include "composite_policy.hpp"
 #include "composite_support.hpp"
 
@@ -126,6 +128,12 @@ batch_t<T> erf_batch(const batch_t<T>& u) {
 
 template <class T>
 void gelu_kernel(const T* x, T* y, std::size_t n, gelu_approximate a) {
+#if XSHARD_X86_KERNELS
+  if constexpr (std::is_same_v<T, float>) {
+    if (a == gelu_approximate::none && active_isa() == simd_isa::avx512) return x86::avx512::gelu(x, y, n);
+    if (a == gelu_approximate::none && active_isa() == simd_isa::avx2) return x86::avx2::gelu(x, y, n);
+  }
+#endif
   using c = gelu_constants<T>;
   using B = batch_t<T>;
   if (a == gelu_approximate::none) {
@@ -143,6 +151,12 @@ void gelu_kernel(const T* x, T* y, std::size_t n, gelu_approximate a) {
 
 template <class T>
 void gelu_backward_kernel(const T* g, const T* x, T* dx, std::size_t n, gelu_approximate a) {
+#if XSHARD_X86_KERNELS
+  if constexpr (std::is_same_v<T, float>) {
+    if (a == gelu_approximate::none && active_isa() == simd_isa::avx512) return x86::avx512::gelu_backward(g, x, dx, n);
+    if (a == gelu_approximate::none && active_isa() == simd_isa::avx2) return x86::avx2::gelu_backward(g, x, dx, n);
+  }
+#endif
   using c = gelu_constants<T>;
   using B = batch_t<T>;
   if (a == gelu_approximate::none) {
