@@ -34,6 +34,7 @@
 #include <string_view>
 #include <type_traits>
 #include <vector>
+#include <xshard/core/memory.hpp>
 #include <xshard/scan/scan_layers.hpp>
 #include <xshard/sharding/visualize.hpp>
 #include <xshard/spmd/thread_mesh.hpp>
@@ -332,6 +333,9 @@ int run(const options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Activations and gradients are freed and reallocated every layer and
+  // step: keep them in the heap (core/memory.hpp).
+  xshard::retain_freed_memory();
   options o;
   bool no_progress = false;
   std::string optimizer = "sgd";
