@@ -172,7 +172,7 @@ TYPED_TEST(CompositeTyped, GeluNonFiniteValues) {
   }
 }
 
-// The run-time dispatched x86 kernels (ops/arch/gelu_x86.hpp), each one
+// The run-time dispatched x86 kernels (ops/arch/x86.hpp), each one
 // the CPU has, against the decomposition: sizes around every vector width,
 // every magnitude, and the non-finite values; AVX2 and AVX-512 agree.
 TEST(CompositeGelu, EveryX86KernelTheCpuRunsMatchesTheDecomposition) {
@@ -311,6 +311,50 @@ TYPED_TEST(CompositeTyped, SoftmaxKernelMatchesDecomposition) {
         expect_close(
             bk, bd, row_tol<T>, [&](std::size_t) { return scale; }, "softmax_backward " + what);
       }
+}
+
+// The run-time dispatched x86 softmax rows (ops/arch/x86.hpp), each one the
+// CPU has, against the decomposition: row lengths around every vector
+// width, every magnitude, and rows holding inf, -inf or NaN.
+TEST(CompositeSoftmax, EveryX86KernelTheCpuRunsMatchesTheDecomposition) {
+#if XSHARD_X86_KERNELS
+  const xshard::simd_isa cpu = xshard::detail::cpu_isa();
+  if (cpu == xshard::simd_isa::generic) GTEST_SKIP() << "the CPU has neither AVX2 nor AVX-512";
+  unsigned seed = 300;
+  for (double mag : magnitudes)
+    for (std::size_t k : odd_sizes) {
+      if (k == 0) continue;
+      auto x = random_tensor<float>(std::array<std::size_t, 2>{4, k}, mag, seed++);
+      const auto g = random_tensor<float>(std::array<std::size_t, 2>{4, k}, 1.0, seed++);
+      x(1, k / 2) = std::numeric_limits<float>::infinity();   // row 1: NaN where inf - inf
+      x(2, k - 1) = -std::numeric_limits<float>::infinity();  // row 2: a zero probability
+      x(3, 0) = std::numeric_limits<float>::quiet_NaN();      // row 3: NaN
+      const auto want = xshard::softmax(x, -1, composite_mode::decompose);
+      const auto dwant = xshard::softmax_backward(g, want, -1, composite_mode::decompose);
+      const double scale = row_scale_max(dwant) + 1;
+      const std::string what = "k=" + std::to_string(k) + " magnitude=" + std::to_string(mag);
+      for (xshard::simd_isa isa : {xshard::simd_isa::avx2, xshard::simd_isa::avx512}) {
+        if (static_cast<int>(isa) > static_cast<int>(cpu)) continue;
+        xt::xtensor<float, 2> y = xt::zeros<float>({std::size_t(4), k}), d = xt::zeros<float>({std::size_t(4), k});
+        for (std::size_t r = 0; r < 4; ++r) {
+          if (isa == xshard::simd_isa::avx512) {
+            xshard::detail::x86::avx512::softmax_row(&x(r, 0), &y(r, 0), k);
+            xshard::detail::x86::avx512::softmax_backward_row(&g(r, 0), &want(r, 0), &d(r, 0), k);
+          } else {
+            xshard::detail::x86::avx2::softmax_row(&x(r, 0), &y(r, 0), k);
+            xshard::detail::x86::avx2::softmax_backward_row(&g(r, 0), &want(r, 0), &d(r, 0), k);
+          }
+        }
+        const std::string name(xshard::to_string(isa));
+        expect_close(
+            y, want, row_tol<float>, [](std::size_t) { return 0.0; }, name + " softmax " + what);
+        expect_close(
+            d, dwant, row_tol<float>, [&](std::size_t) { return scale; }, name + " softmax_backward " + what);
+      }
+    }
+#else
+  GTEST_SKIP() << "no x86-64 kernels in this build";
+#endif
 }
 
 TYPED_TEST(CompositeTyped, SoftmaxRowsSumToOneAndLargeInputsStayFinite) {

@@ -24,8 +24,8 @@
 #include <string_view>
 #include <utility>
 
-#include "arch/gelu_x86.hpp"
 #include "arch/isa.hpp"
+#include "arch/x86.hpp"
 #include "composite_policy.hpp"
 #include "composite_support.hpp"
 

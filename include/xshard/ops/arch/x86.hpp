@@ -1,0 +1,274 @@
+// xshard/ops/arch/x86.hpp - the composites' fused kernels on floats with
+// AVX-512 and AVX2 + FMA intrinsics under target attributes, so a binary
+// built without -march runs them on the CPU's widest vectors (ops/gelu.hpp
+// and ops/softmax.hpp pick one by active_isa()): gelu and gelu_backward
+// (erf form), softmax and softmax_backward of contiguous rows. xsimd 8.1 defines its wide batches only when
+// the TU itself is compiled for them, hence intrinsics here.
+//
+// The math is the portable kernel's (ops/gelu.hpp, erf_and_gauss): xsimd
+// 8.1's float erf polynomials (erf1 below |u| = 2/3, 1 - exp(-u^2) erfc2
+// above, both evaluated and selected per lane) and its float exp (k = round(a
+// / ln 2), a Cephes polynomial on the remainder, 2^k by the exponent bits);
+// the backward shares exp(-x^2 / 2) between erf and the Gaussian density.
+// Softmax is the portable kernel's three passes (max; exp and sum; scale)
+// with the same exp. One body per instruction set, stamped out by
+// XSHARD_X86_KERNEL_BODIES over a struct of primitives.
+#pragma once
+
+#include "isa.hpp"
+
+#if XSHARD_X86_KERNELS
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <limits>
+
+// GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_* operands
+// as maybe uninitialized once inlined (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace xshard::detail::x86 {
+
+#define XSHARD_X86_AVX512 __attribute__((target("avx512f,avx512dq,avx2,fma")))
+#define XSHARD_X86_AVX2 __attribute__((target("avx2,fma")))
+#define XSHARD_X86_INLINE __attribute__((always_inline)) inline
+
+struct avx512_f32 {
+  using V = __m512;
+  static constexpr std::size_t lanes = 16;
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V set1(float v) { return _mm512_set1_ps(v); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V load(const float* p) { return _mm512_loadu_ps(p); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V fnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V abs(V a) { return _mm512_abs_ps(a); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  /// To the nearest integer (ties to even, the default rounding mode).
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V round(V a) { return _mm512_cvtepi32_ps(_mm512_cvtps_epi32(a)); }
+  /// x 2^k for integral k (the exponent bits of k + 127).
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V ldexp(V x, V k) {
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(x, _mm512_castsi512_ps(e));
+  }
+  /// a < b ? t : f, a <= b ? t : f, a == b ? t : f (ordered: false on NaN).
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V if_lt(V a, V b, V t, V f) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), f, t);
+  }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V if_le(V a, V b, V t, V f) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LE_OQ), f, t);
+  }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V if_eq(V a, V b, V t, V f) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ), f, t);
+  }
+};
+
+struct avx2_f32 {
+  using V = __m256;
+  static constexpr std::size_t lanes = 8;
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V set1(float v) { return _mm256_set1_ps(v); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V load(const float* p) { return _mm256_loadu_ps(p); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V fnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V abs(V a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V round(V a) { return _mm256_cvtepi32_ps(_mm256_cvtps_epi32(a)); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V ldexp(V x, V k) {
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(x, _mm256_castsi256_ps(e));
+  }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V if_lt(V a, V b, V t, V f) {
+    return _mm256_blendv_ps(f, t, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
+  }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V if_le(V a, V b, V t, V f) {
+    return _mm256_blendv_ps(f, t, _mm256_cmp_ps(a, b, _CMP_LE_OQ));
+  }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V if_eq(V a, V b, V t, V f) {
+    return _mm256_blendv_ps(f, t, _mm256_cmp_ps(a, b, _CMP_EQ_OQ));
+  }
+};
+
+// The shared body: erf(u) and exp(-u^2), then gelu and its backward over n
+// floats (full vectors, then the tail through a padded buffer).
+#define XSHARD_X86_KERNEL_BODIES(TARGET, OPS)                                                                         \
+  TARGET XSHARD_X86_INLINE OPS::V exp_of(OPS::V a) {                                                                  \
+    using O = OPS;                                                                                                    \
+    const O::V k = O::round(O::mul(O::set1(1.442695040888963407359924681001892137426645954152986f), a));              \
+    O::V x = O::fnma(k, O::set1(0.693359375f), a); /* log 2, high part */                                             \
+    x = O::fnma(k, O::set1(-2.12194440e-4f), x);   /* low part */                                                     \
+    O::V y = O::set1(1.3997796e-03f);                                                                                 \
+    y = O::fma(y, x, O::set1(8.3955629e-03f));                                                                        \
+    y = O::fma(y, x, O::set1(4.1665401e-02f));                                                                        \
+    y = O::fma(y, x, O::set1(1.6666277e-01f));                                                                        \
+    y = O::fma(y, x, O::set1(5.0000000e-01f));                                                                        \
+    y = O::add(O::fma(y, O::mul(x, x), x), O::set1(1.0f));                                                            \
+    return O::if_le(a, O::set1(-88.3762626647949f), O::set1(0.0f), O::ldexp(y, k));                                   \
+  }                                                                                                                   \
+  /* erf(u) into *erf, exp(-u^2) returned. */                                                                         \
+  TARGET XSHARD_X86_INLINE OPS::V erf_and_gauss(OPS::V u, OPS::V* erf) {                                              \
+    using O = OPS;                                                                                                    \
+    const O::V x = O::abs(u), x2 = O::mul(x, x);                                                                      \
+    const O::V gauss = exp_of(O::sub(O::set1(0.0f), x2));                                                             \
+    O::V p = O::set1(-6.095205117313012e-04f);                                                                        \
+    p = O::fma(p, x2, O::set1(5.013293006147870e-03f));                                                               \
+    p = O::fma(p, x2, O::set1(-2.678010670585737e-02f));                                                              \
+    p = O::fma(p, x2, O::set1(1.128218315189123e-01f));                                                               \
+    p = O::fma(p, x2, O::set1(-3.761252839094832e-01f));                                                              \
+    p = O::fma(p, x2, O::set1(1.128379154774254e+00f));                                                               \
+    const O::V small = O::mul(u, p);                                                                                  \
+    const O::V z = O::sub(O::div(x, O::add(O::set1(1.0f), x)), O::set1(0.4f));                                        \
+    O::V q = O::set1(-2.628299919293280e+00f);                                                                        \
+    q = O::fma(q, z, O::set1(6.702908785399893e+00f));                                                                \
+    q = O::fma(q, z, O::set1(-6.409487379234005e+00f));                                                               \
+    q = O::fma(q, z, O::set1(3.260765682222576e+00f));                                                                \
+    q = O::fma(q, z, O::set1(-1.364514006347145e+00f));                                                               \
+    q = O::fma(q, z, O::set1(1.562764709849380e-01f));                                                                \
+    q = O::fma(q, z, O::set1(1.420508523645926e-01f));                                                                \
+    q = O::fma(q, z, O::set1(3.843569094305250e-01f));                                                                \
+    q = O::fma(q, z, O::set1(1.603704761054187e-01f));                                                                \
+    q = O::fma(q, z, O::set1(-1.137035586823118e+00f));                                                               \
+    q = O::fma(q, z, O::set1(5.392844046572836e-01f));                                                                \
+    O::V large = O::fnma(gauss, q, O::set1(1.0f));                                                                    \
+    large = O::if_lt(u, O::set1(0.0f), O::sub(O::set1(0.0f), large), large);                                          \
+    O::V r = O::if_lt(x, O::set1(2.0f / 3.0f), small, large);                                                         \
+    /* +-inf: +-1 (the large form would divide inf by inf) */                                                         \
+    const O::V inf = O::set1(std::numeric_limits<float>::infinity());                                                 \
+    r = O::if_eq(x, inf, O::if_lt(u, O::set1(0.0f), O::set1(-1.0f), O::set1(1.0f)), r);                               \
+    *erf = r;                                                                                                         \
+    return gauss;                                                                                                     \
+  }                                                                                                                   \
+  TARGET XSHARD_X86_INLINE OPS::V gelu_of(OPS::V v) {                                                                 \
+    using O = OPS;                                                                                                    \
+    O::V erf;                                                                                                         \
+    (void)erf_and_gauss(O::mul(v, O::set1(0.70710678118654752440f)), &erf);                                           \
+    return O::mul(O::mul(O::set1(0.5f), v), O::add(O::set1(1.0f), erf));                                              \
+  }                                                                                                                   \
+  TARGET XSHARD_X86_INLINE OPS::V gelu_backward_of(OPS::V g, OPS::V v) {                                              \
+    using O = OPS;                                                                                                    \
+    O::V erf;                                                                                                         \
+    const O::V gauss = erf_and_gauss(O::mul(v, O::set1(0.70710678118654752440f)), &erf);                              \
+    const O::V cdf = O::mul(O::set1(0.5f), O::add(O::set1(1.0f), erf));                                               \
+    const O::V pdf = O::mul(gauss, O::set1(0.39894228040143267794f));                                                 \
+    return O::mul(g, O::fma(v, pdf, cdf));                                                                            \
+  }                                                                                                                   \
+  TARGET inline void gelu(const float* x, float* y, std::size_t n) {                                                  \
+    using O = OPS;                                                                                                    \
+    std::size_t i = 0;                                                                                                \
+    for (; i + O::lanes <= n; i += O::lanes) O::store(y + i, gelu_of(O::load(x + i)));                                \
+    if (i < n) {                                                                                                      \
+      std::array<float, O::lanes> buf{};                                                                              \
+      std::copy(x + i, x + n, buf.begin());                                                                           \
+      O::store(buf.data(), gelu_of(O::load(buf.data())));                                                             \
+      std::copy(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n - i), y + i);                                \
+    }                                                                                                                 \
+  }                                                                                                                   \
+  TARGET inline void gelu_backward(const float* g, const float* x, float* dx, std::size_t n) {                        \
+    using O = OPS;                                                                                                    \
+    std::size_t i = 0;                                                                                                \
+    for (; i + O::lanes <= n; i += O::lanes) O::store(dx + i, gelu_backward_of(O::load(g + i), O::load(x + i)));      \
+    if (i < n) {                                                                                                      \
+      std::array<float, O::lanes> gb{}, xb{};                                                                         \
+      std::copy(g + i, g + n, gb.begin());                                                                            \
+      std::copy(x + i, x + n, xb.begin());                                                                            \
+      O::store(gb.data(), gelu_backward_of(O::load(gb.data()), O::load(xb.data())));                                  \
+      std::copy(gb.begin(), gb.begin() + static_cast<std::ptrdiff_t>(n - i), dx + i);                                 \
+    }                                                                                                                 \
+  }                                                                                                                   \
+  /* The first r (< lanes) floats of p, the other lanes `pad`. */                                                     \
+  TARGET XSHARD_X86_INLINE OPS::V load_padded(const float* p, std::size_t r, float pad) {                             \
+    std::array<float, OPS::lanes> buf;                                                                                \
+    buf.fill(pad);                                                                                                    \
+    std::copy(p, p + r, buf.begin());                                                                                 \
+    return OPS::load(buf.data());                                                                                     \
+  }                                                                                                                   \
+  TARGET XSHARD_X86_INLINE void store_first(float* p, std::size_t r, OPS::V v) {                                      \
+    std::array<float, OPS::lanes> buf;                                                                                \
+    OPS::store(buf.data(), v);                                                                                        \
+    std::copy(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(r), p);                                          \
+  }                                                                                                                   \
+  /* Lane reductions in lane order: the largest (NaN wins), the sum. */                                               \
+  TARGET XSHARD_X86_INLINE float lanes_max(OPS::V v) {                                                                \
+    std::array<float, OPS::lanes> buf;                                                                                \
+    OPS::store(buf.data(), v);                                                                                        \
+    float m = buf[0];                                                                                                 \
+    for (std::size_t k = 1; k < buf.size(); ++k) m = (buf[k] > m || buf[k] != buf[k]) ? buf[k] : m;                   \
+    return m;                                                                                                         \
+  }                                                                                                                   \
+  TARGET XSHARD_X86_INLINE float lanes_sum(OPS::V v) {                                                                \
+    std::array<float, OPS::lanes> buf;                                                                                \
+    OPS::store(buf.data(), v);                                                                                        \
+    float s = 0.0f;                                                                                                   \
+    for (float b : buf) s += b;                                                                                       \
+    return s;                                                                                                         \
+  }                                                                                                                   \
+  /* Softmax of one contiguous row of k floats (the tail padded with -inf: exp(-inf - m) = 0). */                     \
+  TARGET inline void softmax_row(const float* x, float* y, std::size_t k) {                                           \
+    using O = OPS;                                                                                                    \
+    const float ninf = -std::numeric_limits<float>::infinity();                                                       \
+    const std::size_t full = k - k % O::lanes, r = k - full;                                                          \
+    O::V vmax = O::set1(ninf);                                                                                        \
+    for (std::size_t j = 0; j < full; j += O::lanes) vmax = O::max(vmax, O::load(x + j));                             \
+    if (r) vmax = O::max(vmax, load_padded(x + full, r, ninf));                                                       \
+    const O::V m = O::set1(lanes_max(vmax));                                                                          \
+    O::V vsum = O::set1(0.0f);                                                                                        \
+    for (std::size_t j = 0; j < full; j += O::lanes) {                                                                \
+      const O::V e = exp_of(O::sub(O::load(x + j), m));                                                               \
+      O::store(y + j, e);                                                                                             \
+      vsum = O::add(vsum, e);                                                                                         \
+    }                                                                                                                 \
+    if (r) {                                                                                                          \
+      const O::V e = exp_of(O::sub(load_padded(x + full, r, ninf), m));                                               \
+      store_first(y + full, r, e);                                                                                    \
+      vsum = O::add(vsum, e);                                                                                         \
+    }                                                                                                                 \
+    const O::V s = O::set1(lanes_sum(vsum));                                                                          \
+    for (std::size_t j = 0; j < full; j += O::lanes) O::store(y + j, O::div(O::load(y + j), s));                      \
+    if (r) store_first(y + full, r, O::div(load_padded(y + full, r, 1.0f), s));                                       \
+  }                                                                                                                   \
+  /* dx = y (g - sum(g y)) over one contiguous row of k floats. */                                                    \
+  TARGET inline void softmax_backward_row(const float* g, const float* y, float* dx, std::size_t k) {                 \
+    using O = OPS;                                                                                                    \
+    const std::size_t full = k - k % O::lanes, r = k - full;                                                          \
+    O::V vdot = O::set1(0.0f);                                                                                        \
+    for (std::size_t j = 0; j < full; j += O::lanes) vdot = O::fma(O::load(g + j), O::load(y + j), vdot);             \
+    if (r) vdot = O::fma(load_padded(g + full, r, 0.0f), load_padded(y + full, r, 0.0f), vdot);                       \
+    const O::V dot = O::set1(lanes_sum(vdot));                                                                        \
+    for (std::size_t j = 0; j < full; j += O::lanes)                                                                  \
+      O::store(dx + j, O::mul(O::load(y + j), O::sub(O::load(g + j), dot)));                                          \
+    if (r)                                                                                                            \
+      store_first(dx + full, r, O::mul(load_padded(y + full, r, 0.0f), O::sub(load_padded(g + full, r, 0.0f), dot))); \
+  }
+
+namespace avx512 {
+XSHARD_X86_KERNEL_BODIES(XSHARD_X86_AVX512, avx512_f32)
+}  // namespace avx512
+namespace avx2 {
+XSHARD_X86_KERNEL_BODIES(XSHARD_X86_AVX2, avx2_f32)
+}  // namespace avx2
+
+#undef XSHARD_X86_KERNEL_BODIES
+#undef XSHARD_X86_INLINE
+#undef XSHARD_X86_AVX2
+#undef XSHARD_X86_AVX512
+
+}  // namespace xshard::detail::x86
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif  // XSHARD_X86_KERNELS
