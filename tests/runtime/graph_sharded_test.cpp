@@ -99,7 +99,7 @@ namespace {
 
 // softmax over a dim split across devices (a vocabulary-parallel softmax):
 // partial max and sum all-reduces, never a gather of the dim.
-template <int Dim>
+template <int Dim, bool Log = false>
 struct split_softmax_def {
   using M = xshard::mesh<"data=2, model=2">;
   using input = xshard::sharded<double, 2, M, xshard::spec<"data, model">>;
@@ -107,24 +107,30 @@ struct split_softmax_def {
   static constexpr std::array<std::string_view, 1> param_names{"b"};
   template <class X, class B>
   static auto forward(X x, B b) {
-    return g::softmax<Dim>(x + b);
+    if constexpr (Log)
+      return g::log_softmax<Dim>(x + b);
+    else
+      return g::softmax<Dim>(x + b);
   }
 };
-template <int Dim>
+template <int Dim, bool Log = false>
 struct plain_softmax_def {
   using input = xt::xtensor<double, 2>;
   using params = std::tuple<xt::xtensor<double, 1>>;
   static constexpr std::array<std::string_view, 1> param_names{"b"};
   template <class X, class B>
   static auto forward(X x, B b) {
-    return g::softmax<Dim>(x + b);
+    if constexpr (Log)
+      return g::log_softmax<Dim>(x + b);
+    else
+      return g::softmax<Dim>(x + b);
   }
 };
 
-template <int Dim>
+template <int Dim, bool Log = false>
 void expect_split_softmax_equals_one_device() {
-  using L = g::layer<split_softmax_def<Dim>>;
-  using P = g::layer<plain_softmax_def<Dim>>;
+  using L = g::layer<split_softmax_def<Dim, Log>>;
+  using P = g::layer<plain_softmax_def<Dim, Log>>;
   // Forward: the max and the sum over the split dim; backward: the sum of
   // g y over it, and the bias gradient's sum over data.
   static_assert(L::forward_collectives() == 2 && L::backward_collectives() == 2);
@@ -151,6 +157,10 @@ void expect_split_softmax_equals_one_device() {
 
 TEST(GraphSharded, SoftmaxOverTheModelSplitLastDim) { expect_split_softmax_equals_one_device<-1>(); }
 TEST(GraphSharded, SoftmaxOverTheDataSplitFirstDim) { expect_split_softmax_equals_one_device<0>(); }
+// log_softmax (a vocabulary-parallel cross-entropy's log-probabilities):
+// the same partial max and sum, and one all-reduce of the gradient's sum.
+TEST(GraphSharded, LogSoftmaxOverTheModelSplitLastDim) { expect_split_softmax_equals_one_device<-1, true>(); }
+TEST(GraphSharded, LogSoftmaxOverTheDataSplitFirstDim) { expect_split_softmax_equals_one_device<0, true>(); }
 
 }  // namespace
 

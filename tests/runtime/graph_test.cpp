@@ -96,7 +96,8 @@ struct every_op_def {
   static auto forward(X x, W w, B b, V v, G gate) {
     auto h = g::save<"h">(g::einsum<"bsd,ed->bse">(x, w) + b);              // einsum, bias broadcast
     auto s = g::softmax<-1>(g::scale<1, 2>(h));                             // scale, softmax
-    auto a = g::gelu<g::gelu_kind::tanh>(h) * s - g::gelu(h) + g::tanh(h);  // * - + of one shape, tanh
+    auto a = g::gelu<g::gelu_kind::tanh>(h) * s - g::gelu(h) + g::tanh(h)   // * - + of one shape, tanh
+             + g::scale<1, 4>(g::log_softmax<-1>(h));                       // log_softmax
     auto m = a * gate;                                                      // gate [1, s, e]: size-1 broadcast
     return g::constrain<void>(x + g::einsum<"bse,de->bsd">(m, v) - x * x);  // x used three times
   }

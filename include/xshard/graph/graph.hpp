@@ -174,6 +174,10 @@ template <int D>
 struct dims_of<softmax_op<D>> {
   static constexpr std::array<int, 1> dims{D};
 };
+template <int D>
+struct dims_of<log_softmax_op<D>> {
+  static constexpr std::array<int, 1> dims{D};
+};
 template <int Q, int K>
 struct dims_of<causal_mask_op<Q, K>> {
   static constexpr std::array<int, 2> dims{Q, K};

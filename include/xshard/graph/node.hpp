@@ -105,6 +105,10 @@ struct gelu_op : op_traits<op_kind::composite, "gelu", true> {};
 struct tanh_op : op_traits<op_kind::elementwise, "tanh", false, true> {};
 template <int Dim>
 struct softmax_op : op_traits<op_kind::composite, "softmax", false, true> {};
+/// log(softmax) along Dim, computed stably (x - max - log sum exp(x - max));
+/// its vjp reads its output: g - exp(y) sum(g).
+template <int Dim>
+struct log_softmax_op : op_traits<op_kind::composite, "log_softmax", false, true> {};
 /// layer_norm over the last dim (no weight or bias: multiply and add them
 /// as nodes), eps = Eps::value.
 template <class Eps>
@@ -186,6 +190,10 @@ constexpr node<tanh_op, A> tanh(A) {
 }
 template <int Dim = -1, Node A>
 constexpr node<softmax_op<Dim>, A> softmax(A) {
+  return {};
+}
+template <int Dim = -1, Node A>
+constexpr node<log_softmax_op<Dim>, A> log_softmax(A) {
   return {};
 }
 template <class Eps = ratio<1, 100000>, Node A>

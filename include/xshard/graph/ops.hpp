@@ -677,6 +677,120 @@ struct rule<softmax_op<Dim>> {
 
 namespace detail {
 
+/// log_softmax along the middle dim of a contiguous block seen as (outer,
+/// n, inner): y = x - max - log(sum exp(x - max)). `reduce(row_stats, op)`
+/// all-reduces the per-row maxima and sums over the devices that split the
+/// dim (it does nothing on one device), so no device gathers the dim.
+template <class T, class Reduce>
+void log_softmax_rows(const T* x, T* y, const around_dim& s, Reduce&& reduce) {
+  std::vector<T> top(s.outer * s.inner, -std::numeric_limits<T>::infinity());
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k)
+      for (std::size_t i = 0; i < s.inner; ++i) top[o * s.inner + i] = std::max(top[o * s.inner + i], x[s.at(o, k, i)]);
+  reduce(std::span<T>(top), reduce_op::max);
+  std::vector<T> sum(top.size(), T(0));
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k)
+      for (std::size_t i = 0; i < s.inner; ++i)
+        sum[o * s.inner + i] += std::exp(x[s.at(o, k, i)] - top[o * s.inner + i]);
+  reduce(std::span<T>(sum), reduce_op::sum);
+  for (std::size_t r = 0; r < sum.size(); ++r) sum[r] = top[r] + std::log(sum[r]);  // log sum exp
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k)
+      for (std::size_t i = 0; i < s.inner; ++i) y[s.at(o, k, i)] = x[s.at(o, k, i)] - sum[o * s.inner + i];
+}
+
+/// log_softmax's vjp from its output y: dx = g - exp(y) sum(g), the row
+/// sums of g all-reduced by `reduce` as above.
+template <class T, class Reduce>
+void log_softmax_backward_rows(const T* g, const T* y, T* dx, const around_dim& s, Reduce&& reduce) {
+  std::vector<T> sum(s.outer * s.inner, T(0));
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k)
+      for (std::size_t i = 0; i < s.inner; ++i) sum[o * s.inner + i] += g[s.at(o, k, i)];
+  reduce(std::span<T>(sum), reduce_op::sum);
+  for (std::size_t o = 0; o < s.outer; ++o)
+    for (std::size_t k = 0; k < s.n; ++k)
+      for (std::size_t i = 0; i < s.inner; ++i) {
+        const std::size_t j = s.at(o, k, i);
+        dx[j] = g[j] - std::exp(y[j]) * sum[o * s.inner + i];
+      }
+}
+
+}  // namespace detail
+
+/// log_softmax along Dim (the loss's log-probabilities); over a dim split
+/// across devices by partial max and sum all-reduces, two in the forward
+/// and one in the backward (a vocabulary-parallel cross-entropy).
+template <int Dim>
+struct rule<log_softmax_op<Dim>> {
+  template <class X>
+  static constexpr std::size_t dim = Dim < 0 ? std::remove_cvref_t<X>::rank + Dim : static_cast<std::size_t>(Dim);
+  template <class X>
+  static constexpr axis_set split = [] {
+    if constexpr (Sharded<X>)
+      return detail::splitting_axes<X>(dim<X>);
+    else
+      return axis_set{0};
+  }();
+  /// The all-reduce of row statistics over the devices splitting the dim.
+  template <class X>
+  static auto reducer(const X& x) {
+    return [&x](auto row, reduce_op op) {
+      if constexpr (Sharded<X>) {
+        if constexpr (split<X> != 0) x.device().all_reduce(x.device().device, row, op, split<X>);
+      }
+    };
+  }
+  template <class X>
+  static auto eval(const X& a) {
+    if constexpr (Sharded<X>) {
+      static_assert(std::remove_cvref_t<X>::partial_axes == 0, "xshard::graph: log_softmax of partial sums");
+      using T = detail::element_t<X>;
+      const auto& v = a.local();
+      xt::xtensor<T, std::remove_cvref_t<X>::rank> y =
+          xt::xtensor<T, std::remove_cvref_t<X>::rank>::from_shape(v.shape());
+      detail::log_softmax_rows(v.data(), y.data(), detail::around_dim(v.shape(), dim<X>), reducer(a));
+      return std::remove_cvref_t<X>(a.device(), a.global_shape(), std::move(y));
+    } else {
+      detail::plain_t<X> v(a);
+      detail::plain_t<X> y = detail::plain_t<X>::from_shape(v.shape());
+      detail::log_softmax_rows(v.data(), y.data(), detail::around_dim(v.shape(), dim<X>), reducer(a));
+      return y;
+    }
+  }
+  template <std::size_t K, class G, class Y, class A>
+  static auto vjp(G&& g, const vjp_context<Y, A>& c) {
+    const auto& y = *c.y;
+    if constexpr (Sharded<G>) {
+      using T = detail::element_t<A>;
+      using D = std::remove_cvref_t<Y>;
+      const auto& gv = g.local();
+      const auto& yv = y.local();
+      xt::xtensor<T, D::rank> dx = xt::xtensor<T, D::rank>::from_shape(yv.shape());
+      detail::log_softmax_backward_rows(gv.data(), yv.data(), dx.data(), detail::around_dim(yv.shape(), dim<A>),
+                                        reducer(y));
+      return D(y.device(), y.global_shape(), std::move(dx));
+    } else {
+      detail::plain_t<A> gv(g);
+      detail::plain_t<A> dx = detail::plain_t<A>::from_shape(gv.shape());
+      detail::log_softmax_backward_rows(gv.data(), y.data(), dx.data(), detail::around_dim(gv.shape(), dim<A>),
+                                        reducer(y));
+      return dx;
+    }
+  }
+  template <class Y, class A>
+  static consteval node_collectives forward_collectives() {
+    return detail::all_reduces(split<A>, 2);
+  }
+  template <class Y, class A>
+  static consteval node_collectives backward_collectives() {
+    return detail::all_reduces(split<A>, 1, 0);
+  }
+};
+
+namespace detail {
+
 /// The dim d of a rank-R value counted from the end when negative.
 template <int D, std::size_t R>
 constexpr std::size_t dim_index() {
