@@ -24,6 +24,7 @@
 #include "mesh/hybrid.hpp"
 #include "mesh/mesh.hpp"
 #include "mesh/topology.hpp"
+#include "nn/decoder.hpp"
 #include "nn/layer.hpp"
 #include "nn/linear.hpp"
 #include "nn/mlp.hpp"

@@ -667,7 +667,8 @@ struct program {
                   detail::shape_string(std::span(got.extents.data(), got.rank)) + " but the result " +
                   detail::shape_string(std::span(v.shapes[size - 1].extents.data(), v.shapes[size - 1].rank)) +
                   " (backward)");
-    std::get<size - 1>(ct).emplace(gy);
+    using root_ct = std::remove_cvref_t<decltype(*std::get<size - 1>(ct))>;
+    std::get<size - 1>(ct).emplace(as_type<root_ct>(gy));  // the declared output may name size-1 mesh axes
     scopes_t scopes;
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       (
@@ -830,7 +831,11 @@ struct layer {
   /// The forward under a graph remat policy.
   template <class Policy, class P = params>
   static std::pair<output, residuals> forward_with(const P& p, const input& x) {
-    return std::apply([&](const auto&... q) { return program_type::template forward<Policy>(x, q...); }, p);
+    auto r = std::apply([&](const auto&... q) { return program_type::template forward<Policy>(x, q...); }, p);
+    if constexpr (std::is_same_v<decltype(r.first), output>)
+      return r;
+    else  // the declared output names mesh axes of size 1 that the planner dropped: the same blocks
+      return {as_type<output>(std::move(r.first)), std::move(r.second)};
   }
   template <class P = params>
   std::pair<output, residuals> forward(const P& p, const input& x) const {

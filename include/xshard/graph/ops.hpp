@@ -46,6 +46,7 @@
 #include "../ops/softmax.hpp"
 #include "../spmd/einsum.hpp"
 #include "../spmd/sharded.hpp"
+#include "../trace/trace.hpp"
 #include "node.hpp"
 
 namespace xshard::graph {
@@ -240,9 +241,29 @@ constexpr void check_sharded_binary() {
         static_assert(same_blocks<DA, DB>(DA::rank - 1, 0),
                       "xshard::graph: a rank-1 operand must be sharded like the last dim it is added to");
       else
-        static_assert(DA::rank == DB::rank && DA::resolved == DB::resolved,
-                      "xshard::graph: elementwise operands need the same layout (constrain one first)");
+        static_assert(
+            DA::rank == DB::rank && DA::partial_axes == DB::partial_axes &&
+                [] {
+                  for (std::size_t d = 0; d < DA::rank; ++d)
+                    if (!same_blocks<DA, DB>(d, d)) return false;
+                  return true;
+                }(),
+            "xshard::graph: elementwise operands need the same layout (constrain one first)");
     }
+  }
+}
+
+/// v seen as the sharded type To, whose blocks are v's (checked by
+/// check_sharded_binary: the specs differ only by mesh axes of size 1,
+/// which the einsum planner drops): v itself when the types agree.
+template <class To, class V>
+decltype(auto) with_layout_of(const V& v) {
+  if constexpr (!Sharded<V> || std::is_same_v<std::remove_cvref_t<V>, std::remove_cvref_t<To>>) {
+    return (v);
+  } else {
+    using D = std::remove_cvref_t<To>;
+    auto block = v.local();
+    return D(v.device(), v.global_shape(), std::move(block));
   }
 }
 
@@ -377,7 +398,7 @@ struct rule<binary_op<B>> {
           r.local() /= b.local();
         return r;
       } else {
-        return local_zip(a, b, f);
+        return local_zip(a, detail::with_layout_of<DA>(b), f);
       }
     } else {
       using T = detail::element_t<X>;
@@ -433,7 +454,8 @@ struct rule<binary_op<B>> {
           return local_map(g, [](const auto& v) { return -v; });
         } else if constexpr (B == binary::div && K == 1) {
           // -g a / b^2, b possibly a rank-1 operand along the last dim
-          DG r = local_zip(g, c.template operand<0>(), [](const auto& u, const auto& v) { return -u * v; });
+          DG r = local_zip(g, detail::with_layout_of<DG>(c.template operand<0>()),
+                           [](const auto& u, const auto& v) { return -u * v; });
           const auto& b = c.template operand<1>().local();
           r.local() /= b * b;
           return r;
@@ -445,9 +467,11 @@ struct rule<binary_op<B>> {
             r.local() /= c.template operand<1>().local();
           return r;
         } else if constexpr (B == binary::div) {
-          return local_zip(g, c.template operand<1>(), [](const auto& u, const auto& v) { return u / v; });
+          return local_zip(g, detail::with_layout_of<DG>(c.template operand<1>()),
+                           [](const auto& u, const auto& v) { return u / v; });
         } else {
-          return local_zip(g, c.template operand<1 - K>(), [](const auto& u, const auto& v) { return u * v; });
+          return local_zip(g, detail::with_layout_of<DG>(c.template operand<1 - K>()),
+                           [](const auto& u, const auto& v) { return u * v; });
         }
       };
       if constexpr (detail::is_bias_of<G, A>())
@@ -1135,6 +1159,7 @@ struct rule<custom_op<Name, Sig, Kernel>> {
   static auto eval(const A&... a) {
     constexpr einsum_binding b = binding<A...>;
     (void)b;
+    const trace_me scope(Name.view());  // a user's kernel is traced by its name, also inside scan_layers
     if constexpr ((Sharded<A> || ...)) {
       static_assert((Sharded<A> && ...), "xshard::graph::custom: sharded and plain operands mixed");
       using S = sharding<A...>;
@@ -1165,6 +1190,7 @@ struct rule<custom_op<Name, Sig, Kernel>> {
   template <std::size_t K, class G, class Y, class... A>
   static auto vjp(G&& g, const vjp_context<Y, A...>& c) {
     using AK = std::remove_cvref_t<std::tuple_element_t<K, std::tuple<A...>>>;
+    const trace_me scope(Name.view(), {{"pass", "backward"}, {"operand", static_cast<std::int64_t>(K)}});
     if constexpr (Sharded<G>) {
       using S = sharding<A...>;
       using T = typename AK::value_type;
