@@ -171,6 +171,17 @@ using SpBlock = xshard::decoder_block<float, 32, xshard::sequence_parallel_decod
 static_assert(SpBlock::forward_collectives() == 4);
 static_assert(SpBlock::forward_plan()[0].collectives[0].kind == xshard::collective_kind::all_gather);
 static_assert(SpBlock::forward_plan()[1].collectives[0].kind == xshard::collective_kind::reduce_scatter);
+// Backward: the data all-reduces of the parameter gradients, the model
+// all-reduces of the input gradients; sequence parallel gathers the
+// gradient after each reduce-scatter (once per operand) and needs no
+// all-to-all.
+static_assert(TpBlock::backward_collectives() == 14 && SpBlock::backward_collectives() == 18);
+static_assert([] {
+  for (const auto& node : SpBlock::backward_plan())
+    for (const auto& c : node.collectives)
+      if (c.kind == xshard::collective_kind::all_to_all) return false;
+  return true;
+}());
 // The vocabulary-parallel embedding: the partial lookups all-reduced; the
 // head: the log-softmax's partial max and sum.
 static_assert(xshard::embedding_layer<float, xshard::tensor_parallel_decoder<Mesh2x2>>::forward_collectives() == 1);

@@ -358,6 +358,50 @@ struct rule<einsum_to_op<Eq, S>> : rule<einsum_op<Eq>> {
     else
       return ::xshard::einsum<Eq>(a...);
   }
+  /// The einsum's own result type (its partial sums reduced, no
+  /// redistribution): the layout its operands produce without collectives.
+  template <class... A>
+  using natural_t = decltype(::xshard::einsum<Eq>(std::declval<const A&>()...));
+  /// Whether the backward first brings the result's gradient G back to the
+  /// einsum's own layout: when S moved it elsewhere (a reduce-scatter over
+  /// the sequence), one redistribution of g (an all-gather) makes every
+  /// operand's gradient einsum local, instead of each planning its own
+  /// way around a layout that splits a label the operands split otherwise.
+  template <class G, class... A>
+  static constexpr bool regather = [] {
+    if constexpr ((Sharded<A> && ...) && Sharded<G>)
+      return !(std::remove_cvref_t<G>::resolved == natural_t<A...>::resolved);
+    else
+      return false;
+  }();
+  template <std::size_t K, class G, class Y, class... A>
+  static auto vjp(G&& g, const vjp_context<Y, A...>& c) {
+    if constexpr (regather<G, A...>) {
+      const natural_t<A...> gn = ::xshard::constrain<typename natural_t<A...>::spec_type>(g);
+      return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return ::xshard::einsum_vjp<Eq, K>(gn, c.template operand<I>()...);
+      }
+      (std::index_sequence_for<A...>{});
+    } else {
+      return rule<einsum_op<Eq>>::template vjp<K>(std::forward<G>(g), c);
+    }
+  }
+  template <class Y, class... A>
+  static consteval node_collectives backward_collectives() {
+    if constexpr (regather<Y, A...>) {
+      using N = natural_t<A...>;
+      node_collectives r;
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        ((detail::append(r, detail::collectives_of(redistribute_plan<Y, typename N::spec_type>(), -1)),
+          detail::append(r, einsum_vjp_plan<Eq, K, N, A...>().collectives())),
+         ...);
+      }
+      (std::index_sequence_for<A...>{});
+      return r;
+    } else {
+      return rule<einsum_op<Eq>>::template backward_collectives<Y, A...>();
+    }
+  }
   template <class Y, class... A>
   static consteval node_collectives forward_collectives() {
     node_collectives r;
