@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <string_view>
 #include <tuple>
@@ -252,6 +253,7 @@ TEST(Decoder, UserKernelInsideTheScannedLayerEqualsOneDeviceAndIsTraced) {
   tracer.stop();
   tracer.clear();
   xshard::thread_mesh<Mesh2x2> mesh;
+  std::atomic<std::int64_t> collectives{0};
   tracer.start();
   mesh.run([&](auto& dev) {
     std::vector<FusedTp::params> per_layer;
@@ -261,25 +263,32 @@ TEST(Decoder, UserKernelInsideTheScannedLayerEqualsOneDeviceAndIsTraced) {
             xshard::distribute<typename std::tuple_element_t<I, FusedTp::params>::spec_type>(dev, std::get<I>(p))...};
       }(std::make_index_sequence<10>{}));
     const auto params = xshard::stack_params<FusedTp>(per_layer);
+    dev.reset_counters();
     auto [y, pull] = xshard::scan_layers_vjp(FusedTp{}, params, xshard::distribute<FusedTp::input::spec_type>(dev, x),
                                              xshard::remat::recompute);
     const auto grads = pull(xshard::distribute<FusedTp::input::spec_type>(dev, gy));
     EXPECT_LT(max_diff(xshard::gather(y), y1), 1e-12);
     EXPECT_LT(max_diff(xshard::gather(grads.second), grads1.second), 1e-12);
     expect_each_near(grads.first, grads1.first, FusedTp::param_names);
+    collectives += dev.counters().total_calls();  // the gathers' too
   });
   tracer.stop();
   // On each of the 4 devices, for each of the 3 layers: the kernel's
   // forward in the forward and again in the backward's recompute, and its
   // vjp for both operands; the attention scope in both passes.
   std::size_t forward = 0, backward = 0, attention = 0;
+  std::int64_t traced_collectives = 0;
   for (const auto& e : tracer.events()) {
+    if (e.name == "all-reduce" || e.name == "all-gather" || e.name == "reduce-scatter") ++traced_collectives;
     if (e.name == "user.bias_gelu") (e.args.empty() ? forward : backward) += 1;
     if (e.name == "attention") ++attention;
   }
   EXPECT_EQ(forward, 4 * 2 * layers.size());
   EXPECT_EQ(backward, 4 * 2 * layers.size());
   EXPECT_GE(attention, 4 * 2 * layers.size());
+  // Every collective of every device is a trace event (kind, bytes, group).
+  EXPECT_GT(traced_collectives, 0);
+  EXPECT_EQ(traced_collectives, collectives.load());
   tracer.clear();
 }
 

@@ -61,6 +61,7 @@
 #include "../core/static_vector.hpp"
 #include "../core/text.hpp"
 #include "../mesh/axes.hpp"
+#include "../trace/trace.hpp"
 
 namespace xshard {
 
@@ -531,6 +532,8 @@ class basic_device {
       check_alone(c, axes, {});
       return;
     }
+    const trace_me traced(collective_name(collective_kind::all_reduce),
+                          {{"bytes", static_cast<std::int64_t>(d.size_bytes())}, {"group", g.size}});
     impl().template all_reduce_impl<T>(d, op, axes, g, c);
     counters_.add(collective_kind::all_reduce, g.size, static_cast<std::int64_t>(d.size_bytes()));
   }
@@ -558,6 +561,8 @@ class basic_device {
       copy(o.data(), i.data(), i.size());
       return;
     }
+    const trace_me traced(collective_name(collective_kind::all_gather),
+                          {{"bytes", static_cast<std::int64_t>(i.size_bytes())}, {"group", g.size}});
     impl().template all_gather_impl<T>(i, o, axes, g, c);
     counters_.add(collective_kind::all_gather, g.size, static_cast<std::int64_t>(i.size_bytes()));
   }
@@ -586,6 +591,8 @@ class basic_device {
       copy(o.data(), i.data(), i.size());
       return;
     }
+    const trace_me traced(collective_name(collective_kind::reduce_scatter),
+                          {{"bytes", static_cast<std::int64_t>(i.size_bytes())}, {"group", g.size}});
     impl().template reduce_scatter_impl<T>(i, o, op, axes, g, c);
     counters_.add(collective_kind::reduce_scatter, g.size, static_cast<std::int64_t>(i.size_bytes()));
   }
@@ -610,6 +617,8 @@ class basic_device {
       copy(o.data(), i.data(), i.size());
       return;
     }
+    const trace_me traced(collective_name(collective_kind::all_to_all),
+                          {{"bytes", static_cast<std::int64_t>(i.size_bytes())}, {"group", g.size}});
     impl().template all_to_all_impl<T>(i, o, axes, g, c);
     counters_.add(collective_kind::all_to_all, g.size, static_cast<std::int64_t>(i.size_bytes()));
   }
@@ -714,6 +723,8 @@ class basic_device {
         std::memset(static_cast<void*>(o.data()), 0, o.size_bytes());
       return;
     }
+    const trace_me traced(collective_name(collective_kind::permute),
+                          {{"bytes", static_cast<std::int64_t>(i.size_bytes())}, {"group", g.size}});
     impl().template permute_impl<T>(i, o, pairs, axes, g, c);
     counters_.add(collective_kind::permute, g.size, source ? static_cast<std::int64_t>(i.size_bytes()) : 0);
   }
