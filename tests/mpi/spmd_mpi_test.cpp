@@ -3,6 +3,7 @@
 //   spmd_mpi_test 4       the 4-device meshes  (mpiexec -n 4), the
 //                         sharded-tensor cases of tests/spmd/sharded_cases.hpp
 //                         and the graph-layer cases of tests/spmd/graph_cases.hpp
+//                         and tests/spmd/decoder_cases.hpp
 //   spmd_mpi_test 8       the 8-device meshes  (mpiexec -n 8 --oversubscribe)
 //   spmd_mpi_test abort   a body throws on position 1 while the others wait
 //                         in a collective: every rank must end (MPI_Abort),
@@ -32,6 +33,7 @@
 #include <xshard/spmd/mpi_mesh.hpp>
 
 #include "../spmd/collective_cases.hpp"
+#include "../spmd/decoder_cases.hpp"
 #include "../spmd/graph_cases.hpp"
 #include "../spmd/sharded_cases.hpp"
 
@@ -137,6 +139,10 @@ int main(int argc, char** argv) {
       }
       xshard::mpi_mesh<xshard_test::graph_mesh> graph_devices;
       for (const std::string& f : xshard_test::run_graph_cases(graph_devices)) {
+        std::fprintf(stderr, "FAIL rank %d: %s\n", rank_of_world(), f.c_str());
+        ++failures;
+      }
+      for (const std::string& f : xshard_test::run_decoder_cases(graph_devices)) {
         std::fprintf(stderr, "FAIL rank %d: %s\n", rank_of_world(), f.c_str());
         ++failures;
       }

@@ -20,6 +20,7 @@
 #include <xshard/trace/trace.hpp>
 #include <xtensor/xrandom.hpp>
 
+#include "../spmd/decoder_cases.hpp"
 #include "../support/graph_helpers.hpp"
 
 namespace {
@@ -199,6 +200,13 @@ TEST(Decoder, TensorParallelOn4x1EqualsOneDevice) {
 }
 TEST(Decoder, SequenceParallelOn4x1EqualsOneDevice) {
   expect_layout_equals_one_device<Mesh4x1, xshard::sequence_parallel_decoder>();
+}
+
+// The cases the MPI test program runs too (tests/spmd/decoder_cases.hpp),
+// on the thread backend.
+TEST(Decoder, SharedCasesOnTheThreadBackend) {
+  xshard::thread_mesh<xshard_test::graph_mesh> devices;
+  for (const std::string& f : xshard_test::run_decoder_cases(devices)) ADD_FAILURE() << f;
 }
 
 // ---- a user's fused kernel inside the scanned decoder layer
