@@ -18,7 +18,7 @@
 //
 //   train_transformer [--steps N] [--layout tp|sp] [--devices 4|1] [--no-check]
 //                     [--trace FILE] [--no-progress] [--save DIR] [--resume DIR]
-//                     [--save-init FILE] [--print-losses]
+//                     [--save-init FILE] [--print-losses] [--mpi]
 //
 // --devices 1 trains on one device (plain tensors). --no-check skips the
 // single-device reference run. --save DIR writes DIR/checkpoint.h5 at the
@@ -26,7 +26,9 @@
 // whatever layout or device count saved it. --save-init FILE writes the
 // initial parameters and the first training batches, for
 // bench/train_transformer_peer.py (the same model in PyTorch). Checkpoint
-// flags need HDF5.
+// flags need HDF5. --mpi runs the same training loop under mpiexec -n 4,
+// one MPI rank per device (xshard::mpi_mesh; rank 0 prints, checks and runs
+// the single-device reference).
 #include <CLI/CLI.hpp>  // command line (libcli11-dev)
 #include <algorithm>
 #include <cmath>
@@ -97,7 +99,14 @@ int run(const options& o) {
   run_result mesh;
   if (o.devices == 4) {
     tp ? print_plans_tp() : print_plans_sp();
-    mesh = tp ? train_tp(init, o, first_step) : train_sp(init, o, first_step);
+    if (o.mpi) {
+#if defined(TRAIN_TRANSFORMER_MPI)
+      std::cout << "== under MPI: this process is rank " << mpi_rank() << " of 4, one device each\n";
+      mesh = train_mpi(init, o, first_step);
+#endif
+    } else {
+      mesh = tp ? train_tp(init, o, first_step) : train_sp(init, o, first_step);
+    }
   } else {
     std::cout << "== one device (plain tensors, " << xshard::usable_threads() << " einsum threads)\n\n";
   }
@@ -179,7 +188,8 @@ int run(const options& o) {
     auto& tracer = xshard::tracer::instance();
     tracer.write_chrome_json(o.trace_path);
     std::cout << "\n== trace of the last " << std::min<std::size_t>(2, o.steps) << " steps (" << tracer.events().size()
-              << " events, 4 devices): " << o.trace_path << " (open in ui.perfetto.dev or chrome://tracing)\n";
+              << (o.mpi ? " events, rank 0's device): " : " events, 4 devices): ") << o.trace_path
+              << " (open in ui.perfetto.dev or chrome://tracing)\n";
   }
   return 0;
 }
@@ -189,7 +199,7 @@ int run(const options& o) {
 int main(int argc, char** argv) {
   xshard::retain_freed_memory();  // activations are freed and reallocated every layer and step
   options o;
-  bool no_progress = false, no_check = false;
+  bool no_progress = false, no_check = false, mpi = false;
   std::string layout = "tp";
   CLI::App app{"train_transformer: a decoder trained to reverse digits on a 2x2 thread mesh", "train_transformer"};
   app.add_option("--steps", o.steps, "training steps")
@@ -205,6 +215,7 @@ int main(int argc, char** argv) {
   app.add_option("--trace", o.trace_path, "Chrome trace of the last steps")->capture_default_str();
   app.add_flag("--no-progress", no_progress, "no progress bar");
   app.add_flag("--print-losses", o.print_losses, "every step's loss with 9 digits");
+  app.add_flag("--mpi", mpi, "run under mpiexec -n 4, one MPI rank per device (rank 0 reports)");
   CLI::Option* save = app.add_option("--save", o.save_dir, "write DIR/checkpoint.h5 at the end");
   CLI::Option* resume = app.add_option("--resume", o.resume_dir, "start from DIR/checkpoint.h5");
   CLI::Option* init = app.add_option("--save-init", o.init_file, "write the initial parameters and batches");
@@ -229,6 +240,25 @@ int main(int argc, char** argv) {
 #endif
   o.progress = !no_progress;
   o.check_single = !no_check;
+  if (mpi) {
+#if defined(TRAIN_TRANSFORMER_MPI)
+    if (o.devices != 4 || !o.save_dir.empty() || !o.resume_dir.empty()) {
+      std::cerr << "train_transformer: --mpi runs the 2x2 mesh (--devices 4) without --save/--resume (the "
+                   "checkpoints of MPI ranks need parallel HDF5)\n";
+      return 2;
+    }
+    o.mpi = true;
+    if (mpi_rank() != 0) {  // rank 0 reports and runs the single-device reference
+      std::cout.setstate(std::ios::failbit);
+      o.check_single = false;
+      o.trace_path.clear();
+      o.init_file.clear();
+    }
+#else
+    std::cerr << "train_transformer: built without MPI (the xshard::mpi target): --mpi is not available\n";
+    return 2;
+#endif
+  }
   o.layout = layout == "sp" ? layout_kind::sp : layout_kind::tp;
   try {
     return run(o);

@@ -76,6 +76,7 @@ struct options {
   std::string trace_path = "train_transformer.trace.json";
   std::string save_dir, resume_dir, init_file;
   bool print_losses = false;
+  bool mpi = false;
 };
 
 /// `count` samples of the task from `seed`: tokens [count, seq].
@@ -114,6 +115,10 @@ struct run_result {
 run_result train_single_device(const Dense::params& init, const options& o, std::size_t first_step);
 run_result train_tp(const Dense::params& init, const options& o, std::size_t first_step);
 run_result train_sp(const Dense::params& init, const options& o, std::size_t first_step);
+/// Under mpiexec -n 4 (--mpi; built with xshard::mpi): this process's rank,
+/// and the run of this rank's device.
+int mpi_rank();
+run_result train_mpi(const Dense::params& init, const options& o, std::size_t first_step);
 void print_plans_tp();
 void print_plans_sp();
 

@@ -803,12 +803,11 @@ struct rule<log_softmax_op<Dim>> {
   }();
   /// The all-reduce of row statistics over the devices splitting the dim.
   template <class X>
-  static auto reducer(const X& x) {
-    return [&x](auto row, reduce_op op) {
-      if constexpr (Sharded<X>) {
-        if constexpr (split<X> != 0) x.device().all_reduce(x.device().device, row, op, split<X>);
-      }
-    };
+  static auto reducer([[maybe_unused]] const X& x) {
+    if constexpr (Sharded<X> && split<X> != 0)
+      return [&x](auto row, reduce_op op) { x.device().all_reduce(x.device().device, row, op, split<X>); };
+    else
+      return [](auto, reduce_op) {};
   }
   template <class X>
   static auto eval(const X& a) {
