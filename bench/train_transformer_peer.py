@@ -14,9 +14,10 @@ and position embedding, log-softmax head; batch 16, sequence 64; AdamW lr
    steps, 1e-3 for all 20).
 2. Speed: --steps steps on one device, xshard (XSHARD_NUM_THREADS=1 and 2)
    and PyTorch (torch.set_num_threads 1 and 2, OpenBLAS/OpenMP threads the
-   same, each in a fresh process), each timed --repeats times; medians, tokens
-   per second, and the ratio the issue judges: PyTorch's best time / xshard's
-   single-device time (goal >= 1.25).
+   same, each in a fresh process), and xshard on the 2x2 thread mesh (tp and
+   sp), each timed --repeats times; medians, tokens per second, and the
+   ratio the issue judges: PyTorch's best time / xshard's single-device time
+   (goal >= 1.25).
 
     cmake --preset release && cmake --build build/release --target train_transformer
     /usr/bin/python3 bench/train_transformer_peer.py [--exe build/release/examples/train_transformer/train_transformer]
@@ -181,20 +182,28 @@ def main():
                 out = xshard_run(a.exe, ["--steps", str(a.steps)], threads)
                 times.append(float(re.search(r"steps on one device in (\S+) s", out).group(1)))
             rows.append((f"xshard, {threads} thread{'s' if threads > 1 else ''}", statistics.median(times), ""))
+        for layout in ("tp", "sp"):
+            times = []
+            for _ in range(a.repeats):
+                out = subprocess.run([a.exe, "--layout", layout, "--no-check", "--no-progress", "--trace", "",
+                                      "--steps", str(a.steps)], check=True, capture_output=True, text=True).stdout
+                times.append(float(re.search(r"steps on the mesh in (\S+) s", out).group(1)))
+            rows.append((f"xshard, 2x2 thread mesh ({layout}), 4 device threads", statistics.median(times), ""))
         for threads in (1, 2):
             for retain in (False, True):
                 runs = [torch_run(init_file, a.steps, threads, retain) for _ in range(a.repeats)]
                 label = f"PyTorch eager, {threads} thread{'s' if threads > 1 else ''}" + (
                     ", xshard's heap settings" if retain else "")
                 rows.append((label, statistics.median(r[0] for r in runs), runs[0][1]))
-    print(f"\n== {a.steps} training steps on one device ({BATCH} x {SEQ} tokens each), median of {a.repeats}")
+    print(f"\n== {a.steps} training steps ({BATCH} x {SEQ} tokens each), median of {a.repeats}")
     print(f"{'':48s} {'seconds':>8s} {'tokens/s':>9s}")
     for label, sec, _ in rows:
         print(f"{label:48s} {sec:8.3f} {tokens / sec:9.0f}")
-    print(f"PyTorch's BLAS: {rows[2][2]}")
+    print(f"PyTorch's BLAS: {torch_rows[0][2]}")
     xs1 = rows[0][1]
     xs_best = min(rows[0][1], rows[1][1])
-    torch_best = min(r[1] for r in rows[2:])
+    torch_rows = [r for r in rows if r[0].startswith("PyTorch")]
+    torch_best = min(r[1] for r in torch_rows)
     print(f"\nPyTorch's best / xshard 1 thread: {torch_best / xs1:.2f} (goal >= 1.25); "
           f"PyTorch's best / xshard's best: {torch_best / xs_best:.2f}")
     return 0 if agree else 1
