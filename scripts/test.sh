@@ -16,13 +16,16 @@
 #               build of the suite.
 #   fuzz        Clang 14 libFuzzer + ASan + UBSan: each fuzz target for a few
 #               seconds from its corpus (tests/fuzz, ctest -L fuzz).
+#   aarch64     Debian's aarch64 cross compiler: the whole library and the
+#               einsum, sharding and scan tests, run under qemu-user with the
+#               portable (NEON) kernels (scripts/aarch64.sh).
 #
 # Usage: scripts/test.sh [STEP...]   (default: every step, in the order above)
 # Each step's wall time is printed at the end (also after a failure).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-all_steps=(format asan-ubsan tsan fuzz)
+all_steps=(format asan-ubsan tsan fuzz aarch64)
 steps=("$@")
 if [ "${#steps[@]}" -eq 0 ]; then steps=("${all_steps[@]}"); fi
 for s in "${steps[@]}"; do
@@ -95,6 +98,7 @@ for s in "${steps[@]}"; do
     asan-ubsan) preset_suite asan-ubsan ;;
     tsan) preset_suite tsan ;;
     fuzz) fuzz_step ;;
+    aarch64) timed "aarch64" ./scripts/aarch64.sh ;;
   esac
 done
 echo "test.sh: all checks passed (${steps[*]})"

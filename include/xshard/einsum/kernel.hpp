@@ -14,22 +14,22 @@
 // in place, without packing, when its rows are contiguous along K (the
 // attention shapes, where packing would cost a third of the time); the
 // next panel's rows are prefetched meanwhile.
-// The micro-kernel is one body stamped out per instruction set and chosen at
-// run time with xsimd::dispatch:
+// The micro-kernel is one body (arch/micro_body.hpp) stamped out per
+// instruction set and, on x86-64, chosen at run time with xsimd::dispatch:
 //   avx512bw       target("avx512...") intrinsics, 12 x 32 floats / 12 x 16 doubles
 //   fma3<avx2>     target("avx2,fma") intrinsics,   6 x 16 floats /  6 x 8 doubles
 //   anything else  xsimd::batch of the arch the TU is compiled for, 6 x 2 batches
-// (xsimd 8.1 only defines batch<T, avx512f> when the TU is compiled with
-// -mavx512f, so the wide kernels use intrinsics under target attributes; the
-// binary needs no -march flag to use AVX-512 where the CPU has it.)
+// The x86 kernels live in arch/x86_gemm.hpp (xsimd 8.1 only defines
+// batch<T, avx512f> when the TU is compiled with -mavx512f, so they use
+// intrinsics under target attributes; the binary needs no -march flag to use
+// AVX-512 where the CPU has it). Other architectures (aarch64: NEON) run the
+// xsimd kernel.
 // Threads: (batch, M, N) is cut into one rectangle per thread (the grid that
 // balances best, see gemm_thread_grid); each thread packs into its own
 // buffers, reused across calls. Every C element is summed over k in the same
 // KC blocks and order whatever the grid, so results do not depend on the
 // thread count.
 #pragma once
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <array>
@@ -44,6 +44,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "../core/thread_pool.hpp"
+#include "arch/x86_gemm.hpp"
 
 namespace xshard::detail {
 
@@ -77,74 +78,10 @@ inline stride_info uniform_stride(const offsets& t) {
 }
 
 // ---------------------------------------------------------------------------
-// Micro-kernels. One body, written once (XSHARD_DEFINE_MICRO_KERNEL), is
-// stamped out per instruction set with that set's target attribute and its
-// vector operations (a struct of always-inline static functions carrying the
-// same attribute: GCC only inlines them into a function with that target, so
-// the body cannot be an ordinary template over the operations).
-//
-//   c_rows[i][0 .. NR) (+)= sum over p < kc of a[p * MR + i] * b[p * NR + j]
-//
-// with NR = 2 vectors. A's micro-panel (MR x kc) stays in L1 while the
-// driver sweeps B's micro-panels (kc x NR) out of L2. Each row of the C tile
-// is written in place (c_rows[i] points at its first element, contiguous
-// along N).
-
-#if defined(__GNUC__) || defined(__clang__)
-#define XSHARD_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2")))
-#define XSHARD_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#define XSHARD_ALWAYS_INLINE __attribute__((always_inline)) inline
-#else
-#define XSHARD_TARGET_AVX512
-#define XSHARD_TARGET_AVX2
-#define XSHARD_ALWAYS_INLINE inline
-#endif
-
-/// AVX-512 operations on float (__m512, 16 lanes) and double (__m512d, 8).
-struct avx512_ops {
-  template <class T>
-  static constexpr int lanes = 64 / static_cast<int>(sizeof(T));
-  static constexpr int rows = 12;  // 12 x 2 accumulators + 2 B vectors + 1 broadcast of 32 zmm
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512 zero(const float*) { return _mm512_setzero_ps(); }
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512d zero(const double*) { return _mm512_setzero_pd(); }
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512d load(const double* p) { return _mm512_loadu_pd(p); }
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512 bcast(const float* p) { return _mm512_set1_ps(*p); }
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512d bcast(const double* p) { return _mm512_set1_pd(*p); }
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512 fma(__m512 a, __m512 b, __m512 c) {
-    return _mm512_fmadd_ps(a, b, c);
-  }
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512d fma(__m512d a, __m512d b, __m512d c) {
-    return _mm512_fmadd_pd(a, b, c);
-  }
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static __m512d add(__m512d a, __m512d b) { return _mm512_add_pd(a, b); }
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static void store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-  XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static void store(double* p, __m512d v) { _mm512_storeu_pd(p, v); }
-};
-
-/// AVX2 + FMA operations on float (__m256, 8 lanes) and double (__m256d, 4).
-struct avx2_ops {
-  template <class T>
-  static constexpr int lanes = 32 / static_cast<int>(sizeof(T));
-  static constexpr int rows = 6;  // 6 x 2 accumulators + 2 B vectors + 1 broadcast of 16 ymm
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256 zero(const float*) { return _mm256_setzero_ps(); }
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256d zero(const double*) { return _mm256_setzero_pd(); }
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256d load(const double* p) { return _mm256_loadu_pd(p); }
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256 bcast(const float* p) { return _mm256_broadcast_ss(p); }
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256d bcast(const double* p) { return _mm256_broadcast_sd(p); }
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256 fma(__m256 a, __m256 b, __m256 c) {
-    return _mm256_fmadd_ps(a, b, c);
-  }
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256d fma(__m256d a, __m256d b, __m256d c) {
-    return _mm256_fmadd_pd(a, b, c);
-  }
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static __m256d add(__m256d a, __m256d b) { return _mm256_add_pd(a, b); }
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
-  XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static void store(double* p, __m256d v) { _mm256_storeu_pd(p, v); }
-};
+// Micro-kernels: one body (arch/micro_body.hpp) stamped out per instruction
+// set with that set's vector operations. On x86-64, arch/x86_gemm.hpp adds
+// AVX-512 and AVX2 + FMA kernels; everywhere, the portable kernel below runs
+// xsimd batches of the arch the TU is compiled for (NEON on aarch64).
 
 /// Portable operations on xsimd batches of the arch the TU is compiled for.
 struct xsimd_ops {
@@ -179,52 +116,22 @@ struct xsimd_ops {
   }
 };
 
-// The body: MR rows x 2 vectors of accumulators over kc steps, then each C
-// row stored (add: loaded and summed first). A's element (i, p) is at
-// a[i * rs + p * cs]: (1, MR) for a packed panel, (lda, 1) for rows read in
-// place; the rows are addressed from MR / 3 base pointers plus three row
-// offsets, which keeps every address in a register. The C tile is
-// prefetched first so its lines arrive while the k loop runs.
-#define XSHARD_DEFINE_MICRO_KERNEL(NAME, TARGET, OPS)                                                              \
-  template <class T, int MR>                                                                                       \
-  TARGET void NAME(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c_rows, \
-                   bool add) {                                                                                     \
-    using V = decltype(OPS::zero(a));                                                                              \
-    constexpr int L = OPS::template lanes<T>, Q = MR / 3;                                                          \
-    static_assert(MR % 3 == 0);                                                                                    \
-    for (int i = 0; i < MR; ++i) __builtin_prefetch(c_rows[i], 1, 3);                                              \
-    V acc[MR][2];                                                                                                  \
-    _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = OPS::zero(a);                    \
-    const T* base[Q];                                                                                              \
-    for (int q = 0; q < Q; ++q) base[q] = a + 3 * q * rs;                                                          \
-    const std::ptrdiff_t off[3] = {0, rs, 2 * rs};                                                                 \
-    _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kc; ++p) {                                                 \
-      const V b0 = OPS::load(b), b1 = OPS::load(b + L);                                                            \
-      _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q) {                                                        \
-        _Pragma("GCC unroll 3") for (int r = 0; r < 3; ++r) {                                                      \
-          const V ai = OPS::bcast(base[q] + off[r]);                                                               \
-          acc[3 * q + r][0] = OPS::fma(ai, b0, acc[3 * q + r][0]);                                                 \
-          acc[3 * q + r][1] = OPS::fma(ai, b1, acc[3 * q + r][1]);                                                 \
-        }                                                                                                          \
-        base[q] += cs;                                                                                             \
-      }                                                                                                            \
-      b += 2 * L;                                                                                                  \
-    }                                                                                                              \
-    _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) {                                                        \
-      T* c = c_rows[i];                                                                                            \
-      if (add) {                                                                                                   \
-        acc[i][0] = OPS::add(acc[i][0], OPS::load(c));                                                             \
-        acc[i][1] = OPS::add(acc[i][1], OPS::load(c + L));                                                         \
-      }                                                                                                            \
-      OPS::store(c, acc[i][0]);                                                                                    \
-      OPS::store(c + L, acc[i][1]);                                                                                \
-    }                                                                                                              \
-  }
-
-XSHARD_DEFINE_MICRO_KERNEL(micro_avx512, XSHARD_TARGET_AVX512, avx512_ops)
-XSHARD_DEFINE_MICRO_KERNEL(micro_avx2, XSHARD_TARGET_AVX2, avx2_ops)
+#include "arch/micro_body.hpp"
 XSHARD_DEFINE_MICRO_KERNEL(micro_xsimd, , xsimd_ops)
 #undef XSHARD_DEFINE_MICRO_KERNEL
+
+/// The micro-kernel stamped for Ops (the one adapter the driver calls).
+template <class Ops, class T, int MR>
+void micro_run(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c, bool add) {
+#if XSHARD_GEMM_X86
+  if constexpr (std::is_same_v<Ops, avx512_ops>)
+    micro_avx512<T, MR>(kc, a, rs, cs, b, c, add);
+  else if constexpr (std::is_same_v<Ops, avx2_ops>)
+    micro_avx2<T, MR>(kc, a, rs, cs, b, c, add);
+  else
+#endif
+    micro_xsimd<T, MR>(kc, a, rs, cs, b, c, add);
+}
 
 // ---------------------------------------------------------------------------
 // The blocked driver, for one micro-kernel shape.
@@ -509,46 +416,27 @@ struct gemm_by_arch {
   const gemm_problem<T>* g;
   /// The ISA's kernel at MR = Ops::rows, and at fewer rows (multiples of 3)
   /// for the last rows of M.
-  template <class Ops, template <class, int> class Micro>
+  template <class Ops>
   struct kernel {
     static constexpr int mr = Ops::rows, nr = 2 * Ops::template lanes<T>;
     static void run(int rows, std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c,
                     bool add) {
       if constexpr (mr > 9)
-        if (rows > 9) return Micro<T, mr>::run(kc, a, rs, cs, b, c, add);
+        if (rows > 9) return micro_run<Ops, T, mr>(kc, a, rs, cs, b, c, add);
       if constexpr (mr > 6)
-        if (rows > 6) return Micro<T, 9>::run(kc, a, rs, cs, b, c, add);
+        if (rows > 6) return micro_run<Ops, T, 9>(kc, a, rs, cs, b, c, add);
       if constexpr (mr > 3)
-        if (rows > 3) return Micro<T, 6>::run(kc, a, rs, cs, b, c, add);
-      Micro<T, 3>::run(kc, a, rs, cs, b, c, add);
+        if (rows > 3) return micro_run<Ops, T, 6>(kc, a, rs, cs, b, c, add);
+      micro_run<Ops, T, 3>(kc, a, rs, cs, b, c, add);
     }
   };
-  template <class U, int R>
-  struct avx512_micro {
-    static void run(std::size_t kc, const U* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const U* b, U* const* c,
-                    bool add) {
-      micro_avx512<U, R>(kc, a, rs, cs, b, c, add);
-    }
-  };
-  template <class U, int R>
-  struct avx2_micro {
-    static void run(std::size_t kc, const U* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const U* b, U* const* c,
-                    bool add) {
-      micro_avx2<U, R>(kc, a, rs, cs, b, c, add);
-    }
-  };
-  template <class U, int R>
-  struct xsimd_micro {
-    static void run(std::size_t kc, const U* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const U* b, U* const* c,
-                    bool add) {
-      micro_xsimd<U, R>(kc, a, rs, cs, b, c, add);
-    }
-  };
-  void operator()(xsimd::avx512bw) const { gemm_driver<T, kernel<avx512_ops, avx512_micro>>(*g); }
-  void operator()(xsimd::fma3<xsimd::avx2>) const { gemm_driver<T, kernel<avx2_ops, avx2_micro>>(*g); }
+#if XSHARD_GEMM_X86
+  void operator()(xsimd::avx512bw) const { gemm_driver<T, kernel<avx512_ops>>(*g); }
+  void operator()(xsimd::fma3<xsimd::avx2>) const { gemm_driver<T, kernel<avx2_ops>>(*g); }
+#endif
   template <class Arch>
   void operator()(Arch) const {
-    gemm_driver<T, kernel<xsimd_ops, xsimd_micro>>(*g);
+    gemm_driver<T, kernel<xsimd_ops>>(*g);
   }
 };
 
@@ -625,7 +513,11 @@ void run_reduce(const reduce_problem<T>& r) {
 /// Runs a GEMM problem with the best micro-kernel for this CPU.
 template <class T>
 void run_gemm(const gemm_problem<T>& g) {
+#if XSHARD_GEMM_X86
   xsimd::dispatch<xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse2>>(gemm_by_arch<T>{&g})();
+#else
+  gemm_by_arch<T>{&g}(xsimd::default_arch{});  // the portable kernel on the TU's arch (NEON on aarch64)
+#endif
 }
 
 }  // namespace xshard::detail

@@ -1,0 +1,64 @@
+// xshard/einsum/arch/micro_body.hpp - the GEMM micro-kernel's body, written
+// once and stamped out per instruction set by the includer:
+//
+//   #include "micro_body.hpp"
+//   XSHARD_DEFINE_MICRO_KERNEL(micro_avx2, XSHARD_TARGET_AVX2, avx2_ops)
+//   #undef XSHARD_DEFINE_MICRO_KERNEL
+//
+// (no include guard: each includer defines its kernels and #undefs the macro,
+// so it never leaks). The body cannot be an ordinary template over the
+// operations: GCC only inlines the operations' always-inline functions,
+// which carry the target attribute, into a function with that target.
+//
+//   c_rows[i][0 .. NR) (+)= sum over p < kc of a[p * MR + i] * b[p * NR + j]
+//
+// with NR = 2 vectors. A's micro-panel (MR x kc) stays in L1 while the
+// driver sweeps B's micro-panels (kc x NR) out of L2. Each row of the C tile
+// is written in place (c_rows[i] points at its first element, contiguous
+// along N).
+#include <cstddef>
+
+#ifndef XSHARD_DEFINE_MICRO_KERNEL
+// The body: MR rows x 2 vectors of accumulators over kc steps, then each C
+// row stored (add: loaded and summed first). A's element (i, p) is at
+// a[i * rs + p * cs]: (1, MR) for a packed panel, (lda, 1) for rows read in
+// place; the rows are addressed from MR / 3 base pointers plus three row
+// offsets, which keeps every address in a register. The C tile is
+// prefetched first so its lines arrive while the k loop runs.
+#define XSHARD_DEFINE_MICRO_KERNEL(NAME, TARGET, OPS)                                                              \
+  template <class T, int MR>                                                                                       \
+  TARGET void NAME(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c_rows, \
+                   bool add) {                                                                                     \
+    using V = decltype(OPS::zero(a));                                                                              \
+    constexpr int L = OPS::template lanes<T>, Q = MR / 3;                                                          \
+    static_assert(MR % 3 == 0);                                                                                    \
+    for (int i = 0; i < MR; ++i) __builtin_prefetch(c_rows[i], 1, 3);                                              \
+    V acc[MR][2];                                                                                                  \
+    _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = OPS::zero(a);                    \
+    const T* base[Q];                                                                                              \
+    for (int q = 0; q < Q; ++q) base[q] = a + 3 * q * rs;                                                          \
+    const std::ptrdiff_t off[3] = {0, rs, 2 * rs};                                                                 \
+    _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kc; ++p) {                                                 \
+      const V b0 = OPS::load(b), b1 = OPS::load(b + L);                                                            \
+      _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q) {                                                        \
+        _Pragma("GCC unroll 3") for (int r = 0; r < 3; ++r) {                                                      \
+          const V ai = OPS::bcast(base[q] + off[r]);                                                               \
+          acc[3 * q + r][0] = OPS::fma(ai, b0, acc[3 * q + r][0]);                                                 \
+          acc[3 * q + r][1] = OPS::fma(ai, b1, acc[3 * q + r][1]);                                                 \
+        }                                                                                                          \
+        base[q] += cs;                                                                                             \
+      }                                                                                                            \
+      b += 2 * L;                                                                                                  \
+    }                                                                                                              \
+    _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) {                                                        \
+      T* c = c_rows[i];                                                                                            \
+      if (add) {                                                                                                   \
+        acc[i][0] = OPS::add(acc[i][0], OPS::load(c));                                                             \
+        acc[i][1] = OPS::add(acc[i][1], OPS::load(c + L));                                                         \
+      }                                                                                                            \
+      OPS::store(c, acc[i][0]);                                                                                    \
+      OPS::store(c + L, acc[i][1]);                                                                                \
+    }                                                                                                              \
+  }
+
+#endif
