@@ -197,12 +197,12 @@ def main():
                 rows.append((label, statistics.median(r[0] for r in runs), runs[0][1]))
     print(f"\n== {a.steps} training steps ({BATCH} x {SEQ} tokens each), median of {a.repeats}")
     print(f"{'':48s} {'seconds':>8s} {'tokens/s':>9s}")
+    torch_rows = [r for r in rows if r[0].startswith("PyTorch")]
     for label, sec, _ in rows:
         print(f"{label:48s} {sec:8.3f} {tokens / sec:9.0f}")
     print(f"PyTorch's BLAS: {torch_rows[0][2]}")
     xs1 = rows[0][1]
     xs_best = min(rows[0][1], rows[1][1])
-    torch_rows = [r for r in rows if r[0].startswith("PyTorch")]
     torch_best = min(r[1] for r in torch_rows)
     print(f"\nPyTorch's best / xshard 1 thread: {torch_best / xs1:.2f} (goal >= 1.25); "
           f"PyTorch's best / xshard's best: {torch_best / xs_best:.2f}")
