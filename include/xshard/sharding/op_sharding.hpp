@@ -9,7 +9,8 @@
 //     group_assignment   [[0],[1],[2],[3]]             (shape 4x1)
 //     replication_groups [[0,1],[2,3],[4,5],[6,7]]
 //
-// Rules (see DESIGN.md, "Semantics to match"):
+// Rules (torch_xla's Mesh.get_op_sharding; the table tests in
+// tests/runtime/sharding_test.cpp and tests/compile/ hold its results):
 // - tile assignment: the logical mesh transposed so the spec's axes come
 //   first in spec order and the unused axes last (ascending), then the axes of
 //   each tuple merged into one dim;
