@@ -532,10 +532,8 @@ class basic_device {
       check_alone(c, axes, {});
       return;
     }
-    const trace_me traced(collective_name(collective_kind::all_reduce),
-                          {{"bytes", static_cast<std::int64_t>(d.size_bytes())}, {"group", g.size}});
-    impl().template all_reduce_impl<T>(d, op, axes, g, c);
-    counters_.add(collective_kind::all_reduce, g.size, static_cast<std::int64_t>(d.size_bytes()));
+    run_call(collective_kind::all_reduce, g, static_cast<std::int64_t>(d.size_bytes()),
+             static_cast<std::int64_t>(d.size_bytes()), [&] { impl().template all_reduce_impl<T>(d, op, axes, g, c); });
   }
 
   /// out = the members' `in`, concatenated in rank order (out holds group
@@ -561,10 +559,8 @@ class basic_device {
       copy(o.data(), i.data(), i.size());
       return;
     }
-    const trace_me traced(collective_name(collective_kind::all_gather),
-                          {{"bytes", static_cast<std::int64_t>(i.size_bytes())}, {"group", g.size}});
-    impl().template all_gather_impl<T>(i, o, axes, g, c);
-    counters_.add(collective_kind::all_gather, g.size, static_cast<std::int64_t>(i.size_bytes()));
+    run_call(collective_kind::all_gather, g, static_cast<std::int64_t>(i.size_bytes()),
+             static_cast<std::int64_t>(i.size_bytes()), [&] { impl().template all_gather_impl<T>(i, o, axes, g, c); });
   }
 
   /// `in` holds group-size equal chunks; out = op over the members' chunk
@@ -591,10 +587,9 @@ class basic_device {
       copy(o.data(), i.data(), i.size());
       return;
     }
-    const trace_me traced(collective_name(collective_kind::reduce_scatter),
-                          {{"bytes", static_cast<std::int64_t>(i.size_bytes())}, {"group", g.size}});
-    impl().template reduce_scatter_impl<T>(i, o, op, axes, g, c);
-    counters_.add(collective_kind::reduce_scatter, g.size, static_cast<std::int64_t>(i.size_bytes()));
+    run_call(collective_kind::reduce_scatter, g, static_cast<std::int64_t>(i.size_bytes()),
+             static_cast<std::int64_t>(i.size_bytes()),
+             [&] { impl().template reduce_scatter_impl<T>(i, o, op, axes, g, c); });
   }
 
   /// `in` holds group-size equal chunks: chunk j goes to rank j, and chunk i
@@ -617,10 +612,8 @@ class basic_device {
       copy(o.data(), i.data(), i.size());
       return;
     }
-    const trace_me traced(collective_name(collective_kind::all_to_all),
-                          {{"bytes", static_cast<std::int64_t>(i.size_bytes())}, {"group", g.size}});
-    impl().template all_to_all_impl<T>(i, o, axes, g, c);
-    counters_.add(collective_kind::all_to_all, g.size, static_cast<std::int64_t>(i.size_bytes()));
+    run_call(collective_kind::all_to_all, g, static_cast<std::int64_t>(i.size_bytes()),
+             static_cast<std::int64_t>(i.size_bytes()), [&] { impl().template all_to_all_impl<T>(i, o, axes, g, c); });
   }
 
   /// For each (source rank, target rank) pair, the target's `out` = the
@@ -694,6 +687,15 @@ class basic_device {
     const std::string msg = check_calls(std::span<const detail::collective_call>(&c, 1), axes, pairs);
     if (!msg.empty()) throw error(msg);
   }
+  /// The shared tail of every collective on a group of more than one
+  /// device: a trace event (kind, bytes, group size) around the backend's
+  /// call, then the counters.
+  template <class F>
+  void run_call(collective_kind k, const group_info& g, std::int64_t bytes, std::int64_t counted, F&& call) {
+    const trace_me traced(collective_name(k), {{"bytes", bytes}, {"group", g.size}});
+    call();
+    counters_.add(k, g.size, counted);
+  }
   template <class T>
   static void copy(T* out, const T* in, std::size_t n) {
     if (n != 0 && out != in) std::memcpy(out, in, n * sizeof(T));
@@ -723,10 +725,9 @@ class basic_device {
         std::memset(static_cast<void*>(o.data()), 0, o.size_bytes());
       return;
     }
-    const trace_me traced(collective_name(collective_kind::permute),
-                          {{"bytes", static_cast<std::int64_t>(i.size_bytes())}, {"group", g.size}});
-    impl().template permute_impl<T>(i, o, pairs, axes, g, c);
-    counters_.add(collective_kind::permute, g.size, source ? static_cast<std::int64_t>(i.size_bytes()) : 0);
+    run_call(collective_kind::permute, g, static_cast<std::int64_t>(i.size_bytes()),
+             source ? static_cast<std::int64_t>(i.size_bytes()) : 0,
+             [&] { impl().template permute_impl<T>(i, o, pairs, axes, g, c); });
   }
 
   const mesh_axes* axes_;
