@@ -23,8 +23,11 @@ and position embedding, log-softmax head; batch 16, sequence 64; AdamW lr
     /usr/bin/python3 bench/train_transformer_peer.py [--exe build/release/examples/train_transformer/train_transformer]
 
 Needs python3-torch and python3-h5py (Debian). PyTorch is timed with the
-same glibc heap settings train_transformer uses (xshard::retain_freed_memory)
-and without them; its better row is the bar.
+same glibc heap settings train_transformer uses (xshard::retain_freed_memory),
+with OpenBLAS's own kernel choice and with the one the CPU's ISA calls for
+(OPENBLAS_CORETYPE: OpenBLAS 0.3.21 takes this Zen 4 VM for a Haswell and
+runs AVX2 kernels); the kernel is printed per row and the best row is the
+bar. --isa avx2 caps both sides at AVX2.
 """
 import argparse
 import math
@@ -118,25 +121,40 @@ def torch_train(init_file, steps, threads):
     return losses, time.perf_counter() - t0
 
 
+def openblas_core():
+    """The kernel OpenBLAS picked (it mis-detects some CPUs: this Zen 4 VM
+    reports Haswell, i.e. AVX2 kernels, unless OPENBLAS_CORETYPE says)."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except OSError:
+        return "no OpenBLAS"
+
+
 def blas_in_use():
     with open("/proc/self/maps") as f:
         libs = {line.split()[-1] for line in f if "blas" in line.split()[-1]}
     return ", ".join(sorted(os.path.realpath(l) for l in libs)) or "none mapped"
 
 
-def torch_run(init_file, steps, threads, retain):
+def torch_run(init_file, steps, threads, coretype):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    if retain:
-        env.update(RETAIN_ENV)
+    env.update(RETAIN_ENV)  # the glibc heap settings train_transformer uses (it made no difference to PyTorch)
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker", init_file, "--threads",
                           str(threads), "--steps", str(steps)], env=env, check=True, capture_output=True,
                          text=True).stdout
-    m = re.search(r"seconds=(\S+) blas=(.*)", out)
-    return float(m.group(1)), m.group(2)
+    m = re.search(r"seconds=(\S+) core=(\S+) blas=(.*)", out)
+    return float(m.group(1)), m.group(2), m.group(3)
 
 
-def xshard_run(exe, args, threads):
+def xshard_run(exe, args, threads, isa=None):
     env = dict(os.environ, XSHARD_NUM_THREADS=str(threads))
+    if isa:
+        env["XSHARD_ISA"] = isa
     return subprocess.run([exe, "--devices", "1", "--no-progress"] + args, env=env, check=True,
                           capture_output=True, text=True).stdout
 
@@ -146,12 +164,15 @@ def main():
     ap.add_argument("--exe", default="build/release/examples/train_transformer/train_transformer")
     ap.add_argument("--steps", type=int, default=100, help="timed steps")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--isa", choices=["best", "avx2"], default="best",
+                    help="avx2: xshard's kernels capped at AVX2 (XSHARD_ISA) and PyTorch's OpenBLAS on its Haswell "
+                         "kernels, for the AVX2 comparison on an AVX-512 machine")
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_worker:
         _, seconds = torch_train(a.torch_worker, a.steps, a.threads)
-        print(f"seconds={seconds} blas={blas_in_use()}")
+        print(f"seconds={seconds} core={openblas_core()} blas={blas_in_use()}")
         return 0
 
     import torch
@@ -174,32 +195,38 @@ def main():
               f"(bar 1e-3): {'agree' if agree else 'DIFFER'}")
 
         # ---- speed
+        # OpenBLAS's own detection, and the kernel this CPU's ISA calls for
+        # (it reports Haswell on this Zen 4 VM, whose AVX-512 kernels are
+        # SkylakeX's and Cooperlake's).
+        avx512 = "avx512f" in isa
+        forced = "Haswell" if a.isa == "avx2" or not avx512 else "Cooperlake"
+        xisa = "avx2" if a.isa == "avx2" else None
         tokens = BATCH * SEQ * a.steps
         rows = []
         for threads in (1, 2):
             times = []
             for _ in range(a.repeats):
-                out = xshard_run(a.exe, ["--steps", str(a.steps)], threads)
+                out = xshard_run(a.exe, ["--steps", str(a.steps)], threads, xisa)
                 times.append(float(re.search(r"steps on one device in (\S+) s", out).group(1)))
             rows.append((f"xshard, {threads} thread{'s' if threads > 1 else ''}", statistics.median(times), ""))
-        for layout in ("tp", "sp"):
-            times = []
-            for _ in range(a.repeats):
-                out = subprocess.run([a.exe, "--layout", layout, "--no-check", "--no-progress", "--trace", "",
-                                      "--steps", str(a.steps)], check=True, capture_output=True, text=True).stdout
-                times.append(float(re.search(r"steps on the mesh in (\S+) s", out).group(1)))
-            rows.append((f"xshard, 2x2 thread mesh ({layout}), 4 device threads", statistics.median(times), ""))
+        if a.isa == "best":
+            for layout in ("tp", "sp"):
+                times = []
+                for _ in range(a.repeats):
+                    out = subprocess.run([a.exe, "--layout", layout, "--no-check", "--no-progress", "--trace", "",
+                                          "--steps", str(a.steps)], check=True, capture_output=True,
+                                         text=True).stdout
+                    times.append(float(re.search(r"steps on the mesh in (\S+) s", out).group(1)))
+                rows.append((f"xshard, 2x2 thread mesh ({layout}), 4 device threads", statistics.median(times), ""))
         for threads in (1, 2):
-            for retain in (False, True):
-                runs = [torch_run(init_file, a.steps, threads, retain) for _ in range(a.repeats)]
-                label = f"PyTorch eager, {threads} thread{'s' if threads > 1 else ''}" + (
-                    ", xshard's heap settings" if retain else "")
-                rows.append((label, statistics.median(r[0] for r in runs), runs[0][1]))
-    print(f"\n== {a.steps} training steps ({BATCH} x {SEQ} tokens each), median of {a.repeats}")
-    print(f"{'':48s} {'seconds':>8s} {'tokens/s':>9s}")
+            for coretype in ([None, forced] if a.isa == "best" else [forced]):
+                runs = [torch_run(init_file, a.steps, threads, coretype) for _ in range(a.repeats)]
+                how = f"OPENBLAS_CORETYPE={coretype}" if coretype else "OpenBLAS's own detection"
+                label = f"PyTorch eager, {threads} thread{'s' if threads > 1 else ''}, {how} ({runs[0][1]})"
+                rows.append((label, statistics.median(r[0] for r in runs), runs[0][2]))
     torch_rows = [r for r in rows if r[0].startswith("PyTorch")]
     for label, sec, _ in rows:
-        print(f"{label:48s} {sec:8.3f} {tokens / sec:9.0f}")
+        print(f"{label:72s} {sec:8.3f} {tokens / sec:9.0f}")
     print(f"PyTorch's BLAS: {torch_rows[0][2]}")
     xs1 = rows[0][1]
     xs_best = min(rows[0][1], rows[1][1])

@@ -6,6 +6,7 @@
 #include "core/diagnostics.hpp"
 #include "core/error.hpp"
 #include "core/fixed_string.hpp"
+#include "core/isa.hpp"
 #include "core/memory.hpp"
 #include "core/static_vector.hpp"
 #include "core/tensor_traits.hpp"

@@ -43,6 +43,7 @@
 #include <vector>
 #include <xsimd/xsimd.hpp>
 
+#include "../core/isa.hpp"
 #include "../core/thread_pool.hpp"
 #include "arch/x86_gemm.hpp"
 
@@ -514,6 +515,16 @@ void run_reduce(const reduce_problem<T>& r) {
 template <class T>
 void run_gemm(const gemm_problem<T>& g) {
 #if XSHARD_GEMM_X86
+  // XSHARD_ISA caps the kernel (core/isa.hpp): avx2 or generic below the
+  // CPU's widest, for same-machine comparisons.
+  switch (active_isa()) {
+    case simd_isa::generic:
+      return gemm_by_arch<T>{&g}(xsimd::sse2{});
+    case simd_isa::avx2:
+      return gemm_by_arch<T>{&g}(xsimd::fma3<xsimd::avx2>{});
+    case simd_isa::avx512:
+      break;
+  }
   xsimd::dispatch<xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse2>>(gemm_by_arch<T>{&g})();
 #else
   gemm_by_arch<T>{&g}(xsimd::default_arch{});  // the portable kernel on the TU's arch (NEON on aarch64)

@@ -24,7 +24,7 @@
 #include <string_view>
 #include <utility>
 
-#include "arch/isa.hpp"
+#include "../core/isa.hpp"
 #include "arch/x86.hpp"
 #include "composite_policy.hpp"
 #include "composite_support.hpp"

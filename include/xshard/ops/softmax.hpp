@@ -20,7 +20,7 @@
 #include <xtensor/xmath.hpp>     // xt::exp
 #include <xtensor/xreducer.hpp>  // xt::sum, xt::amax, xt::keep_dims
 
-#include "arch/isa.hpp"
+#include "../core/isa.hpp"
 #include "arch/x86.hpp"
 #include "composite_policy.hpp"
 #include "composite_support.hpp"

@@ -15,7 +15,7 @@
 // XSHARD_X86_KERNEL_BODIES over a struct of primitives.
 #pragma once
 
-#include "isa.hpp"
+#include "../../core/isa.hpp"
 
 #if XSHARD_X86_KERNELS
 

@@ -1,12 +1,14 @@
-// xshard/ops/arch/isa.hpp - which vector instructions the composites' fused
-// kernels use, decided once at run time: the CPU's widest of AVX-512
+// xshard/core/isa.hpp - which vector instructions the fused kernels (the
+// einsum GEMM micro-kernels and the composites) use, decided once at run
+// time: the CPU's widest of AVX-512
 // (avx512f + avx512dq), AVX2 + FMA, or the portable xsimd path the TU was
 // compiled for. XSHARD_ISA=avx512|avx2|generic caps it (e.g. AVX2 kernels on
 // an AVX-512 CPU for a same-machine comparison); asking for more than the CPU
 // has gives what it has.
 #pragma once
 
-// The x86-64 kernels under target attributes (ops/arch/*_x86.hpp) build
+// The x86-64 kernels under target attributes (einsum/arch/x86_gemm.hpp,
+// ops/arch/x86.hpp) build
 // with GCC and Clang on x86-64; everything else runs the xsimd path.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define XSHARD_X86_KERNELS 1
@@ -18,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-#include "../../core/error.hpp"
+#include "error.hpp"
 
 namespace xshard {
 
@@ -51,7 +53,8 @@ inline simd_isa capped_isa(simd_isa cpu, const char* cap) {
 
 }  // namespace detail
 
-/// The instruction set the composites' kernels run with (first use decides).
+/// The instruction set the kernels run with (first use decides). The GEMM
+/// picks its AVX-512 kernel only where the CPU also has avx512bw.
 inline simd_isa active_isa() {
   static const simd_isa isa = detail::capped_isa(detail::cpu_isa(), std::getenv("XSHARD_ISA"));
   return isa;
