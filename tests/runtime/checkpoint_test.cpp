@@ -30,6 +30,8 @@
 #include <xshard/spmd/thread_mesh.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "../support/expect_error.hpp"
+
 #if defined(__SANITIZE_ADDRESS__)
 #define XSHARD_TEST_ASAN 1
 #elif defined(__has_feature)
@@ -172,24 +174,14 @@ TEST(Checkpoint, IncompatibleModelIsAnErrorNamingTheTensor) {
   const globals g = make_globals(2);
   L2x2::save(path, g, 1);
   xshard::checkpoint_reader r(path);
-  auto message = [&](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const xshard::error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
   xt::xtensor<float, 2> wrong_shape = xt::zeros<float>({7, 4});
-  EXPECT_EQ(message([&] { r.read("model/a", wrong_shape); }),
+  EXPECT_EQ(xshard_test::error_of([&] { r.read("model/a", wrong_shape); }),
             "xshard: checkpoint " + path +
                 ": tensor \"model/a\" has global shape [7,5] in the checkpoint, the model's is [7,4]");
   xt::xtensor<double, 2> wrong_type = xt::zeros<double>({7, 5});
-  EXPECT_EQ(message([&] { r.read("model/a", wrong_type); }),
+  EXPECT_EQ(xshard_test::error_of([&] { r.read("model/a", wrong_type); }),
             "xshard: checkpoint " + path + ": tensor \"model/a\" is float32 in the checkpoint, the model's is float64");
-  EXPECT_NE(
-      message([&] { r.read("model/missing", wrong_type); }).find("tensor \"model/missing\" is not in the checkpoint"),
-      std::string::npos);
+  EXPECT_XSHARD_ERROR(r.read("model/missing", wrong_type), "tensor \"model/missing\" is not in the checkpoint");
   // On a mesh, the same errors.
   xshard::thread_mesh<xshard::mesh<"data=2, model=2">> mesh;
   EXPECT_THROW(mesh.run([&](auto& dev) {

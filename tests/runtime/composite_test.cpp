@@ -32,6 +32,8 @@
 #include <xtensor/xmanipulation.hpp>  // xt::transpose
 #include <xtensor/xview.hpp>
 
+#include "../support/expect_error.hpp"
+
 namespace {
 
 using xshard::composite_mode;
@@ -75,16 +77,6 @@ void expect_close(const K& k, const D& d, double tol, Scale scale, const std::st
   }
 }
 
-/// The message of the xshard::error f throws, or "no error".
-std::string error_text(auto&& f) {
-  try {
-    f();
-  } catch (const xshard::error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 const std::vector<std::size_t> odd_sizes{0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 1003};
 const std::vector<double> magnitudes{1e-3, 1.0, 4.0, 30.0, 1e3};
 
@@ -118,12 +110,7 @@ TEST(CompositeGelu, HandCheckedValues) {
 
 TEST(CompositeGelu, UnknownApproximateIsAnErrorNamingIt) {
   const xt::xtensor<float, 1> x{1.0f};
-  try {
-    (void)xshard::gelu(x, "erf");
-    FAIL() << "no error";
-  } catch (const xshard::error& e) {
-    EXPECT_NE(std::string(e.what()).find("'erf'"), std::string::npos) << e.what();
-  }
+  EXPECT_XSHARD_ERROR((void)xshard::gelu(x, "erf"), "'erf'");
 }
 
 TYPED_TEST(CompositeTyped, GeluKernelMatchesDecomposition) {
@@ -239,7 +226,7 @@ TEST(CompositeIsa, EnvironmentVariableCapsTheCpusInstructionSet) {
   EXPECT_EQ(capped_isa(simd_isa::avx512, "generic"), simd_isa::generic);
   EXPECT_EQ(capped_isa(simd_isa::avx2, "avx512"), simd_isa::avx2);  // not more than the CPU has
   EXPECT_EQ(capped_isa(simd_isa::generic, "avx2"), simd_isa::generic);
-  EXPECT_EQ(error_text([] { (void)capped_isa(simd_isa::avx2, "sse9"); }),
+  EXPECT_EQ(xshard_test::error_of([] { (void)capped_isa(simd_isa::avx2, "sse9"); }),
             "xshard: XSHARD_ISA='sse9' is not one of avx512, avx2, generic");
   EXPECT_EQ(xshard::active_isa(), capped_isa(xshard::detail::cpu_isa(), std::getenv("XSHARD_ISA")));
 }
@@ -412,13 +399,7 @@ TEST(CompositeSoftmax, BackwardMatchesFiniteDifferences) {
 
 TEST(CompositeSoftmax, BadDimAndShapeAreErrors) {
   const xt::xtensor<float, 2> x = xt::zeros<float>({2, 3});
-  try {
-    (void)xshard::softmax(x, 2);
-    FAIL() << "no error";
-  } catch (const xshard::error& e) {
-    EXPECT_NE(std::string(e.what()).find("dim 2 is out of range for a tensor of rank 2"), std::string::npos)
-        << e.what();
-  }
+  EXPECT_XSHARD_ERROR((void)xshard::softmax(x, 2), "dim 2 is out of range for a tensor of rank 2");
   EXPECT_THROW((void)xshard::softmax(x, -3), xshard::error);
   EXPECT_THROW((void)xshard::softmax(xt::xarray<float>(1.0f)), xshard::error);  // rank 0
   EXPECT_THROW((void)xshard::softmax_backward(xt::xtensor<float, 2>::from_shape({3, 2}), x), xshard::error);
@@ -539,20 +520,10 @@ TEST(CompositeLayerNorm, ShapeErrorsNameTheOperand) {
   const xt::xtensor<float, 2> x = xt::ones<float>({2, 4});
   const xt::xtensor<float, 1> w = xt::ones<float>({5});
   const xt::xtensor<float, 1> b = xt::zeros<float>({4});
-  try {
-    (void)xshard::layer_norm(x, w, b);
-    FAIL() << "no error";
-  } catch (const xshard::error& e) {
-    EXPECT_NE(std::string(e.what()).find("weight has shape (5) but the last dim of x has extent 4"), std::string::npos)
-        << e.what();
-  }
+  EXPECT_XSHARD_ERROR((void)xshard::layer_norm(x, w, b), "weight has shape (5) but the last dim of x has extent 4");
   const auto r = xshard::layer_norm(x);
-  try {
-    (void)xshard::layer_norm_backward(x, x, xt::xtensor<float, 1>::from_shape({2}), r.rstd);
-    FAIL() << "no error";
-  } catch (const xshard::error& e) {
-    EXPECT_NE(std::string(e.what()).find("mean has shape (2)"), std::string::npos) << e.what();
-  }
+  EXPECT_XSHARD_ERROR((void)xshard::layer_norm_backward(x, x, xt::xtensor<float, 1>::from_shape({2}), r.rstd),
+                      "mean has shape (2)");
   // xarray in, xarray out; saved stats keep the rank.
   const auto ra = xshard::layer_norm(xt::xarray<double>(xt::ones<double>({3, 2, 4})));
   static_assert(std::is_same_v<std::remove_cvref_t<decltype(ra.output)>, xt::xarray<double>>);
@@ -766,24 +737,24 @@ TEST(CompositeRmsNorm, PolicyChoosesByName) {
 TEST(CompositeRmsNorm, ErrorsNameTheOperand) {
   const xt::xtensor<float, 2> x = xt::ones<float>({2, 4});
   const auto r = xshard::rms_norm(x);
-  const std::string g = error_text([&] {
+  const std::string g = xshard_test::error_of([&] {
     (void)xshard::rms_norm_backward(xt::xtensor<float, 2>::from_shape({2, 5}), x, r.rstd);
   });
   EXPECT_NE(g.find("xshard: rms_norm_backward: grad_y has shape (2, 5) but x has shape (2, 4)"), std::string::npos)
       << g;
   const std::string s =
-      error_text([&] { (void)xshard::rms_norm_backward(x, x, xt::xtensor<float, 1>::from_shape({2})); });
+      xshard_test::error_of([&] { (void)xshard::rms_norm_backward(x, x, xt::xtensor<float, 1>::from_shape({2})); });
   EXPECT_NE(
       s.find("xshard: rms_norm_backward: rstd has shape (2) but x's shape with the last extent 1 has shape (2, 1)"),
       std::string::npos)
       << s;
-  const std::string s2 = error_text([&] {
+  const std::string s2 = xshard_test::error_of([&] {
     (void)xshard::rms_norm_backward(x, x, xt::xtensor<float, 2>::from_shape({2, 4}));
   });
   EXPECT_NE(s2.find("rstd has shape (2, 4)"), std::string::npos) << s2;
-  const std::string rank0 = error_text([] { (void)xshard::rms_norm(xt::xarray<double>(1.0)); });
+  const std::string rank0 = xshard_test::error_of([] { (void)xshard::rms_norm(xt::xarray<double>(1.0)); });
   EXPECT_NE(rank0.find("xshard: rms_norm: x has rank 0; it normalises over the last dim"), std::string::npos) << rank0;
-  const std::string rank0b = error_text([] {
+  const std::string rank0b = xshard_test::error_of([] {
     const xt::xarray<double> s0(1.0);
     (void)xshard::rms_norm_backward(s0, s0, s0);
   });
@@ -815,15 +786,17 @@ TEST(CompositePolicy, ParsesTheEnvironmentFormat) {
 }
 
 TEST(CompositePolicy, ParseErrorsNameTheOffender) {
-  const std::string op = error_text([] { (void)xshard::parse_composite_policy("gelu:kernel,gleu:decompose"); });
+  const std::string op =
+      xshard_test::error_of([] { (void)xshard::parse_composite_policy("gelu:kernel,gleu:decompose"); });
   EXPECT_NE(op.find("XSHARD_COMPOSITES: unknown composite 'gleu' in \"gleu:decompose\""), std::string::npos) << op;
   EXPECT_NE(op.find("known: gelu, gelu_backward, softmax"), std::string::npos) << op;
-  const std::string mode = error_text([] { (void)xshard::parse_composite_policy("softmax:fast"); });
+  const std::string mode = xshard_test::error_of([] { (void)xshard::parse_composite_policy("softmax:fast"); });
   EXPECT_NE(mode.find("unknown mode 'fast' for composite 'softmax'"), std::string::npos) << mode;
   EXPECT_NE(mode.find("(modes: kernel, decompose)"), std::string::npos) << mode;
-  const std::string entry = error_text([] { (void)xshard::parse_composite_policy("gelu"); });
+  const std::string entry = xshard_test::error_of([] { (void)xshard::parse_composite_policy("gelu"); });
   EXPECT_NE(entry.find("entry \"gelu\" is not \"op:mode\""), std::string::npos) << entry;
-  const std::string set = error_text([] { xshard::composite_policy::set("softmx", composite_mode::kernel); });
+  const std::string set =
+      xshard_test::error_of([] { xshard::composite_policy::set("softmx", composite_mode::kernel); });
   EXPECT_NE(set.find("unknown composite 'softmx'"), std::string::npos) << set;
   EXPECT_THROW(xshard::composite_policy::apply("gelu:slow"), xshard::error);
 }

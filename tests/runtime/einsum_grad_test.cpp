@@ -8,6 +8,8 @@
 #include <xtensor/xarray.hpp>
 #include <xtensor/xrandom.hpp>
 
+#include "../support/expect_error.hpp"
+
 namespace {
 
 using xshard::fixed_string;
@@ -97,21 +99,13 @@ TEST(EinsumGrad, OutputGradientOfTheWrongShapeIsAnError) {
   // y = x W^T is [2, 3]; a gradient of [4, 3] or of rank 1 names the dim or rank
   // (it used to index the operand's gradient out of bounds).
   const xt::xarray<double> x = xt::ones<double>({2, 5}), w = xt::ones<double>({3, 5});
-  const auto message = [](auto&& run) {
-    try {
-      run();
-    } catch (const xshard::error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   const xt::xarray<double> rows4 = xt::ones<double>({4, 3}), rank1 = xt::ones<double>({3});
-  EXPECT_EQ(message([&] { (void)xshard::einsum_vjp<"bi,oi->bo", 0>(rows4, x, w); }),
+  EXPECT_EQ(xshard_test::error_of([&] { (void)xshard::einsum_vjp<"bi,oi->bo", 0>(rows4, x, w); }),
             "xshard: einsum_vjp \"bi,oi->bo\": the output gradient has extent 4 in dim 0, the output 2");
-  EXPECT_EQ(message([&] { (void)xshard::einsum_vjp<"bi,oi->bo", 1>(rank1, x, w); }),
+  EXPECT_EQ(xshard_test::error_of([&] { (void)xshard::einsum_vjp<"bi,oi->bo", 1>(rank1, x, w); }),
             "xshard: einsum_vjp \"bi,oi->bo\": the output gradient has rank 1, the output 2");
   const xt::xarray<double> right = xt::ones<double>({2, 3});
-  EXPECT_EQ(message([&] { (void)xshard::einsum_vjp<"bi,oi->bo", 1>(right, x, w); }), "no error");
+  EXPECT_EQ(xshard_test::error_of([&] { (void)xshard::einsum_vjp<"bi,oi->bo", 1>(right, x, w); }), "no error");
 }
 
 }  // namespace

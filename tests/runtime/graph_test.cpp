@@ -15,6 +15,7 @@
 #include <xshard/spmd/thread_mesh.hpp>
 #include <xtensor/xrandom.hpp>
 
+#include "../support/expect_error.hpp"
 #include "../support/graph_helpers.hpp"
 #include "../support/hand_layers.hpp"
 
@@ -325,25 +326,12 @@ TEST(Graph, RunTimeErrorsNameTheNode) {
   using T = double;
   graph_mlp<T>::params p{xt::zeros<T>({6, 3}), xt::zeros<T>({6}), xt::zeros<T>({4, 6}), xt::zeros<T>({4})};
   const xt::xtensor<T, 2> x = xt::zeros<T>({5, 4});  // 4 columns, W1 has 3
-  try {
-    (void)graph_mlp<T>{}.forward(p, x);
-    FAIL() << "no error";
-  } catch (const xshard::error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("(graph node 2 (einsum ...n,mn->...m))"), std::string::npos) << what;
-  }
+  EXPECT_XSHARD_ERROR((void)graph_mlp<T>{}.forward(p, x), "(graph node 2 (einsum ...n,mn->...m))");
   // The bias add after it: a bias of the wrong length, in the node named h.
   p = {xt::zeros<T>({6, 4}), xt::zeros<T>({5}), xt::zeros<T>({4, 6}), xt::zeros<T>({4})};
-  try {
-    (void)graph_mlp<T>{}.forward(p, x);
-    FAIL() << "no error";
-  } catch (const xshard::error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("xshard::graph: + of shapes [5,6] and [5] does not broadcast (dim -1: 6 vs 5) (graph node 4 "
-                        "(+, named h))"),
-              std::string::npos)
-        << what;
-  }
+  EXPECT_XSHARD_ERROR((void)graph_mlp<T>{}.forward(p, x),
+                      "xshard::graph: + of shapes [5,6] and [5] does not broadcast (dim -1: 6 vs 5) (graph node 4 "
+                      "(+, named h))");
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/expect_error.hpp"
 #include "xshard/sharding/hlo.hpp"
 
 namespace xshard {
@@ -70,19 +71,8 @@ xshard::hybrid_layout layout(const devices& d, const shape& ici, const shape& dc
   }
 }
 
-/// The message of the xshard::error the call throws ("" if it does not).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const xshard::error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 std::string layout_error(const devices& d, const shape& ici, const shape& dcn = {}) {
-  return error_of([&] { (void)xshard::hybrid_device_layout(d, ici, dcn); });
+  return xshard_test::error_of([&] { (void)xshard::hybrid_device_layout(d, ici, dcn); });
 }
 
 // ---------------------------------------------------------------------------
@@ -294,7 +284,7 @@ TEST(TorusAssignment, MatchesTorchXla) {
 
 TEST(TorusAssignment, NoSubsetIsAnError) {
   // (8,8) on 4x4x4: no subset of {4, 4, 4} multiplies to 8.
-  const std::string m = error_of([] { (void)xshard::torus_assignment(shape{4, 4, 4}, shape{8, 8}); });
+  const std::string m = xshard_test::error_of([] { (void)xshard::torus_assignment(shape{4, 4, 4}, shape{8, 8}); });
   EXPECT_THAT(m, HasSubstr("logical axis 1 of size 8"));
   EXPECT_THAT(m, HasSubstr("[4, 4, 4]"));
   EXPECT_THAT(m, HasSubstr("product of some subset"));
@@ -305,17 +295,17 @@ TEST(TorusAssignment, GreedySearchCanFailWhereAnIdentityMapExists) {
   // (2,2,4) on 2x2x4: the last logical 4 takes physical (0, 1) (2*2, two axes
   // are tried before one), leaving [0, 0, 4] for the 2s. torch_xla refuses
   // this mesh although mapping axis i to axis i would work; so do we.
-  const std::string m = error_of([] { (void)xshard::torus_assignment(shape{2, 2, 4}, shape{2, 2, 4}); });
+  const std::string m = xshard_test::error_of([] { (void)xshard::torus_assignment(shape{2, 2, 4}, shape{2, 2, 4}); });
   EXPECT_THAT(m, HasSubstr("logical axis 1 of size 2"));
   EXPECT_THAT(m, HasSubstr("[0, 0, 4]"));
 }
 
 TEST(TorusAssignment, RejectsNonPositiveSizes) {
-  EXPECT_THAT(error_of([] {
+  EXPECT_THAT(xshard_test::error_of([] {
                 (void)xshard::torus_assignment(shape{4, 0, 4}, shape{4});
               }),
               HasSubstr("physical mesh (4, 0, 4) has size 0 at index 1"));
-  EXPECT_THAT(error_of([] {
+  EXPECT_THAT(xshard_test::error_of([] {
                 (void)xshard::torus_assignment(shape{4, 4, 4}, shape{-4, 4});
               }),
               HasSubstr("mesh shape (-4, 4) has size -4 at index 0"));

@@ -23,6 +23,8 @@
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>
 
+#include "../support/expect_error.hpp"
+
 namespace {
 
 using T = double;
@@ -271,17 +273,6 @@ void expect_same_grads(const xshard::scan_grads<rnn_step>& a, const xshard::scan
   EXPECT_EQ(a.xs, b.xs) << what;
 }
 
-/// Runs f, expects an xshard::error whose message contains `text`.
-template <class F>
-void expect_error(F&& f, const std::string& text) {
-  try {
-    f();
-    ADD_FAILURE() << "no xshard::error; expected \"" << text << "\"";
-  } catch (const xshard::error& e) {
-    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
-  }
-}
-
 TEST(ScanGrad, StepFormEqualsTheLambdaFormAndTheHandLoop) {
   const rnn_case c = random_rnn(4, 1);
   for (bool reverse : {false, true}) {
@@ -396,8 +387,8 @@ TEST(ScanGrad, NoneXsWithLengthAndNoneYs) {
   expect_finite_differences(loss, std::get<1>(p), std::get<1>(g.params), "bias");
   expect_finite_differences(loss, h0, g.init, "init");
   // xs none without options.length: scan's own error.
-  expect_error([&] { (void)xshard::scan_vjp(decay_step{}, p, h0, xshard::none, gc, xshard::none); },
-               "xs is none, so options.length is needed");
+  EXPECT_XSHARD_ERROR((void)xshard::scan_vjp(decay_step{}, p, h0, xshard::none, gc, xshard::none),
+                      "xs is none, so options.length is needed");
 }
 
 TEST(ScanGrad, TupleCarryTupleXsTupleYs) {
@@ -469,40 +460,29 @@ TEST(ScanGrad, NoneCotangentsAreZeros) {
 
 TEST(ScanGrad, MismatchedCotangentShapesAreErrors) {
   const rnn_case c = random_rnn(4, 11);
-  expect_error(
-      [&] {
-        (void)xshard::scan_vjp(rnn_step{}, c.p, c.h0, c.xs, mat(xt::zeros<T>({B, N + 1})), c.gys);
-      },
-      "xshard: scan_vjp: g_final_carry has shape [2,4], the carry [2,3]");
-  expect_error(
-      [&] {
-        (void)xshard::scan_vjp(rnn_step{}, c.p, c.h0, c.xs, c.gc, cube(xt::zeros<T>({std::size_t{3}, B, N})));
-      },
+  EXPECT_XSHARD_ERROR((void)xshard::scan_vjp(rnn_step{}, c.p, c.h0, c.xs, mat(xt::zeros<T>({B, N + 1})), c.gys),
+                      "xshard: scan_vjp: g_final_carry has shape [2,4], the carry [2,3]");
+  EXPECT_XSHARD_ERROR(
+      (void)xshard::scan_vjp(rnn_step{}, c.p, c.h0, c.xs, c.gc, cube(xt::zeros<T>({std::size_t{3}, B, N}))),
       "xshard: scan_vjp: g_ys has length 3, the scan 4");
-  expect_error(
-      [&] {
-        (void)xshard::scan_vjp(rnn_step{}, c.p, c.h0, c.xs, c.gc, cube(xt::zeros<T>({std::size_t{4}, B, N + 2})));
-      },
+  EXPECT_XSHARD_ERROR(
+      (void)xshard::scan_vjp(rnn_step{}, c.p, c.h0, c.xs, c.gc, cube(xt::zeros<T>({std::size_t{4}, B, N + 2}))),
       "xshard: scan_vjp: g_ys has shape [4,2,5], the ys [4,2,3]");
   // A tuple carry: the tensor is named.
   const pair_step::params p = c.p;
   const pair_step::carry init{c.h0, c.h0};
   const std::tuple<cube, cube> xs{c.xs, cube(xt::zeros<T>({std::size_t{4}, B, N}))};
   const std::tuple<cube, cube> gys{c.gys, c.gys};
-  expect_error(
-      [&] {
-        (void)xshard::scan_vjp(pair_step{}, p, init, xs, pair_step::carry{c.gc, mat(xt::zeros<T>({B + 1, N}))}, gys);
-      },
+  EXPECT_XSHARD_ERROR(
+      (void)xshard::scan_vjp(pair_step{}, p, init, xs, pair_step::carry{c.gc, mat(xt::zeros<T>({B + 1, N}))}, gys),
       "xshard: scan_vjp: g_final_carry tensor 1 has shape [3,3], the carry's tensor 1 [2,3]");
-  expect_error(
-      [&] {
-        (void)xshard::scan_vjp(pair_step{}, p, init, xs, init,
-                               std::tuple<cube, cube>{c.gys, cube(xt::zeros<T>({std::size_t{5}, B, N}))});
-      },
-      "xshard: scan_vjp: g_ys has length 5, the scan 4");
+  EXPECT_XSHARD_ERROR((void)xshard::scan_vjp(pair_step{}, p, init, xs, init,
+                                             std::tuple<cube, cube>{c.gys, cube(xt::zeros<T>({std::size_t{5}, B, N}))}),
+                      "xshard: scan_vjp: g_ys has length 5, the scan 4");
   // A step whose vjp returns a wrongly shaped gradient.
-  expect_error([&] { (void)xshard::scan_vjp(bad_x_grad_step{}, c.p, c.h0, c.xs, c.gc, c.gys); },
-               "xshard: scan_vjp: the step's vjp returned an x gradient of shape [2,3] at step 3, x has shape [2,2]");
+  EXPECT_XSHARD_ERROR(
+      (void)xshard::scan_vjp(bad_x_grad_step{}, c.p, c.h0, c.xs, c.gc, c.gys),
+      "xshard: scan_vjp: the step's vjp returned an x gradient of shape [2,3] at step 3, x has shape [2,2]");
 }
 
 TEST(ScanGrad, LengthZero) {
@@ -515,10 +495,8 @@ TEST(ScanGrad, LengthZero) {
     EXPECT_EQ(g.init, c.gc);
     EXPECT_EQ(g.xs.shape(), c.xs.shape());
   }
-  expect_error(
-      [&] {
-        (void)xshard::scan_vjp(rnn_step{}, c.p, c.h0, c.xs, c.gc, cube(xt::zeros<T>({std::size_t{1}, B, N})));
-      },
+  EXPECT_XSHARD_ERROR(
+      (void)xshard::scan_vjp(rnn_step{}, c.p, c.h0, c.xs, c.gc, cube(xt::zeros<T>({std::size_t{1}, B, N}))),
       "g_ys has length 1, the scan 0");
   // No xs, length 0.
   const decay_step::params p{mat(xt::ones<T>({N, N})), vec(xt::ones<T>({N}))};

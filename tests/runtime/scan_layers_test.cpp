@@ -13,6 +13,8 @@
 #include <xtensor/xrandom.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "../support/expect_error.hpp"
+
 namespace {
 
 using T = double;
@@ -114,25 +116,14 @@ TEST(ScanLayers, GradientsMatchFiniteDifferences) {
   }
 }
 
-/// The message of the xshard::error that run() throws ("" if none).
-template <class F>
-std::string error_of(F&& run) {
-  try {
-    run();
-  } catch (const xshard::error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(ScanLayers, ShapeErrorsInsideTheStackNameTheLayerAndPass) {
   const auto stacked = xshard::stack_params<L>(random_layers(3, 4, 7));
   const L l;
   // x has 5 features where layer 0 expects 4: the einsum's message, then the layer.
   const mat bad_x = xt::zeros<T>({2, 5});
-  for (const std::string& what : {error_of([&] { (void)xshard::scan_layers(l, stacked, bad_x); }), error_of([&] {
-                                    (void)xshard::scan_layers_vjp(l, stacked, bad_x, xshard::remat::save_all);
-                                  })}) {
+  for (const std::string& what :
+       {xshard_test::error_of([&] { (void)xshard::scan_layers(l, stacked, bad_x); }),
+        xshard_test::error_of([&] { (void)xshard::scan_layers_vjp(l, stacked, bad_x, xshard::remat::save_all); })}) {
     EXPECT_EQ(what.rfind("xshard: einsum", 0), 0u) << what;
     EXPECT_TRUE(what.ends_with(" (scan_layers: layer 0, forward)")) << what;
   }
@@ -143,8 +134,9 @@ TEST(ScanLayers, ShapeErrorsInsideTheStackNameTheLayerAndPass) {
   const mat x = xt::ones<T>({2, 4});
   const mat bad_gy = xt::ones<T>({3, 4});
   for (const auto policy : {xshard::remat::save_all, xshard::remat::recompute}) {
-    auto vjp = xshard::scan_layers_vjp(lin{}, lin_stacked, x, policy);     // not a structured binding: Clang 14
-    const std::string what = error_of([&] { (void)vjp.second(bad_gy); });  // cannot capture one in a lambda
+    auto vjp = xshard::scan_layers_vjp(lin{}, lin_stacked, x, policy);  // not a structured binding: Clang 14
+    const std::string what =
+        xshard_test::error_of([&] { (void)vjp.second(bad_gy); });  // cannot capture one in a lambda
     EXPECT_EQ(what.rfind("xshard::graph: the result's gradient has shape [3,4] but the result [2,4]", 0), 0u) << what;
     EXPECT_TRUE(what.ends_with(" (scan_layers: layer 2, backward)")) << what;
   }
@@ -153,13 +145,8 @@ TEST(ScanLayers, ShapeErrorsInsideTheStackNameTheLayerAndPass) {
 TEST(ScanLayers, MismatchedParameterShapesNameTheLayerAndParameter) {
   auto ps = random_layers(3, 4, 5);
   std::get<1>(ps[2]) = vec(xt::zeros<T>({5}));
-  try {
-    (void)xshard::stack_params<L>(ps);
-    FAIL() << "no error";
-  } catch (const xshard::error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "xshard: stack_params: layer 2's parameter \"bias\" has another shape than layer 0's");
-  }
+  EXPECT_EQ(xshard_test::error_of([&] { (void)xshard::stack_params<L>(ps); }),
+            "xshard: stack_params: layer 2's parameter \"bias\" has another shape than layer 0's");
 }
 
 }  // namespace

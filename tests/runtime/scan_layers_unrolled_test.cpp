@@ -24,6 +24,8 @@
 #include <xtensor/xreducer.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "../support/expect_error.hpp"
+
 namespace {
 
 namespace hana = boost::hana;
@@ -228,16 +230,9 @@ TEST(ScanLayersUnrolled, RunTimeWidthMismatchIsAnError) {
   hana::at_c<3>(h.params) = random_linear(5, 4);  // layer 3 expects 4 features; layer 2 gives 3
   // The einsum's own message, then the layer and the pass.
   const auto names_layer_3 = [](auto&& run) {
-    try {
-      run();
-      ADD_FAILURE() << "no error";
-    } catch (const xshard::error& e) {
-      const std::string what = e.what();
-      EXPECT_EQ(what.rfind("xshard", 0), 0u) << what;
-      EXPECT_NE(what.find("einsum"), std::string::npos) << what;
-      const std::string suffix = " (scan_layers: layer 3, forward)";
-      EXPECT_TRUE(what.size() > suffix.size() && what.ends_with(suffix)) << what;
-    }
+    EXPECT_XSHARD_ERROR(run(), "einsum");
+    const std::string what = xshard_test::error_of(run);
+    EXPECT_TRUE(what.starts_with("xshard") && what.ends_with(" (scan_layers: layer 3, forward)")) << what;
   };
   names_layer_3([&] { (void)xshard::scan_layers(h.layers, h.params, h.x); });
   for (const auto policy : {xshard::remat::save_all, xshard::remat::recompute, xshard::remat::dots_saveable})

@@ -9,6 +9,8 @@
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>
 
+#include "../support/expect_error.hpp"
+
 namespace {
 
 using vec = xt::xtensor<double, 1>;
@@ -97,17 +99,15 @@ TEST(Scan, UnrollGivesTheSameResults) {
 
 TEST(Scan, ACarryThatChangesShapeIsAnErrorNamingTheStep) {
   const mat xs = xt::zeros<double>({3, 2});
-  try {
-    (void)xshard::scan(
-        [](const vec& c, const vec& x) {
-          vec next = c(0) > 0 ? vec(xt::zeros<double>({3})) : vec(c + x + 1.0);
-          return std::pair{next, xshard::none};
-        },
-        vec{0, 0}, xs);
-    FAIL() << "no error";
-  } catch (const xshard::error& e) {
-    EXPECT_EQ(std::string(e.what()), "xshard: scan: the carry's tensor 0 changed shape at step 1: [2] -> [3]");
-  }
+  EXPECT_EQ(xshard_test::error_of([&] {
+              (void)xshard::scan(
+                  [](const vec& c, const vec& x) {
+                    vec next = c(0) > 0 ? vec(xt::zeros<double>({3})) : vec(c + x + 1.0);
+                    return std::pair{next, xshard::none};
+                  },
+                  vec{0, 0}, xs);
+            }),
+            "xshard: scan: the carry's tensor 0 changed shape at step 1: [2] -> [3]");
 }
 
 TEST(Scan, LengthMismatchAndRaggedXsAreErrors) {

@@ -15,6 +15,8 @@
 #include <vector>
 #include <xshard/xshard.hpp>
 
+#include "../support/expect_error.hpp"
+
 namespace {
 
 using xshard::runtime_mesh;
@@ -296,15 +298,9 @@ TEST(Sdy, TypedFaceEqualsRunTimeFace) {
   }());
 }
 
-void expect_error(std::string_view text, const std::vector<std::string>& parts) {
+void expect_error(std::string_view text, std::initializer_list<std::string_view> parts) {
   SCOPED_TRACE(std::string(text));
-  try {
-    (void)xshard::parse_sdy_or_throw(text);
-    ADD_FAILURE() << "accepted";
-  } catch (const xshard::error& e) {
-    const std::string what = e.what();
-    for (const std::string& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what << "\n  lacks: " << p;
-  }
+  EXPECT_XSHARD_ERROR((void)xshard::parse_sdy_or_throw(text), parts);
 }
 
 // tensor_sharding_parsing_failure.mlir, mesh_verification.mlir,

@@ -7,6 +7,7 @@
 // same derivations as tests/compile/sharding_table.cpp, plus cases that only
 // the run-time face can build).
 #include <gmock/gmock.h>
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -21,6 +22,8 @@
 #include <thread>
 #include <vector>
 #include <xshard/xshard.hpp>
+
+#include "../support/expect_error.hpp"
 
 namespace {
 
@@ -47,23 +50,6 @@ std::string op_text(const xshard::op_sharding& o) {
       s += (i ? "," : "") + std::to_string(o.replication_groups[g][i]);
   }
   return s;
-}
-
-/// The message of the xshard::error that `f` throws ("" if it throws none).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const xshard::error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string_view> words) {
-  const std::string msg = error_of(f);
-  ASSERT_FALSE(msg.empty()) << "no xshard::error thrown";
-  EXPECT_THAT(msg, StartsWith("xshard: "));
-  for (std::string_view w : words) EXPECT_THAT(msg, HasSubstr(std::string(w)));
 }
 
 // ---------------------------------------------------------------------------
@@ -355,7 +341,8 @@ TEST(ShardingGlobalMesh, SetGetClear) {
 // torch_xla's get_1d_mesh: every device on one axis, ids 0..n-1.
 TEST(ShardingGet1dMesh, NamedWithDeviceCount) {
   runtime_mesh m("unset=1");
-  ASSERT_NO_THROW(m = xshard::get_1d_mesh("data", 4)) << error_of([] { (void)xshard::get_1d_mesh("data", 4); });
+  ASSERT_NO_THROW(m = xshard::get_1d_mesh("data", 4))
+      << xshard_test::error_of([] { (void)xshard::get_1d_mesh("data", 4); });
   EXPECT_EQ(m.text(), "data=4");
   EXPECT_EQ(m.device_ids(), (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(m, runtime_mesh("data=4"));
@@ -363,7 +350,7 @@ TEST(ShardingGet1dMesh, NamedWithDeviceCount) {
 
 TEST(ShardingGet1dMesh, UnnamedWithDeviceCount) {
   runtime_mesh m("unset=1");
-  ASSERT_NO_THROW(m = xshard::get_1d_mesh("", 3)) << error_of([] { (void)xshard::get_1d_mesh("", 3); });
+  ASSERT_NO_THROW(m = xshard::get_1d_mesh("", 3)) << xshard_test::error_of([] { (void)xshard::get_1d_mesh("", 3); });
   EXPECT_EQ(m.text(), "3");
   EXPECT_EQ(m, runtime_mesh("3"));
 }
@@ -394,7 +381,7 @@ TEST_F(ShardingNumDevicesEnv, DeviceCountReadsTheVariable) {
 TEST_F(ShardingNumDevicesEnv, Get1dMeshDefaultsToTheVariable) {
   setenv("XSHARD_NUM_DEVICES", "6", 1);
   runtime_mesh m("unset=1");
-  ASSERT_NO_THROW(m = xshard::get_1d_mesh("x")) << error_of([] { (void)xshard::get_1d_mesh("x"); });
+  ASSERT_NO_THROW(m = xshard::get_1d_mesh("x")) << xshard_test::error_of([] { (void)xshard::get_1d_mesh("x"); });
   EXPECT_EQ(m.text(), "x=6");
   EXPECT_EQ(m.size(), 6);
 }
@@ -403,13 +390,25 @@ TEST_F(ShardingNumDevicesEnv, BadVariableIsAnError) {
   for (const char* bad : {"abc", "0", "-2", "4x", ""}) {
     SCOPED_TRACE(bad);
     setenv("XSHARD_NUM_DEVICES", bad, 1);
-    expect_error([] { (void)xshard::device_count(); },
-                 {"XSHARD_NUM_DEVICES must be a positive integer", std::string("\"") + bad + "\""});
+    EXPECT_XSHARD_ERROR((void)xshard::device_count(),
+                        {"XSHARD_NUM_DEVICES must be a positive integer", std::string("\"") + bad + "\""});
   }
 }
 
 // ---------------------------------------------------------------------------
 // Errors: xshard::error (a std::invalid_argument) whose message names the offender.
+
+// The shared check itself (tests/support/expect_error.hpp) fails when it should.
+TEST(TestSupport, ExpectXshardErrorFailsWhenItShould) {
+  EXPECT_XSHARD_ERROR(throw xshard::error("xshard: a b c"), {"a", "c"});
+  EXPECT_NONFATAL_FAILURE(EXPECT_XSHARD_ERROR(throw xshard::error("xshard: a b"), {"a", "z", "y"}), "lacks: z");
+  EXPECT_NONFATAL_FAILURE(EXPECT_XSHARD_ERROR(throw xshard::error("xshard: a b"), {"a", "z", "y"}), "lacks: y");
+  EXPECT_NONFATAL_FAILURE(EXPECT_XSHARD_ERROR((void)0, "a"), "threw no error");
+  EXPECT_NONFATAL_FAILURE(EXPECT_XSHARD_ERROR(throw std::runtime_error("a"), "a"), "another exception: a");
+  EXPECT_NONFATAL_FAILURE(EXPECT_XSHARD_ERROR(throw xshard::error("oops: a"), "a"), "does not start with");
+  EXPECT_EQ(xshard_test::error_of([] {}), "no error");
+  EXPECT_EQ(xshard_test::error_of([] { throw xshard::error("xshard: x"); }), "xshard: x");
+}
 
 TEST(ShardingErrors, AreInvalidArgument) {
   const runtime_mesh m("data=4, model=2");
@@ -419,92 +418,89 @@ TEST(ShardingErrors, AreInvalidArgument) {
 
 TEST(ShardingErrors, UnknownAxisNameNamesItAndListsTheMeshAxes) {
   const runtime_mesh m("data=4, model=2");
-  expect_error([&] { (void)xshard::get_op_sharding(m, "foo, None"); },
-               {"unknown axis name 'foo'", "the mesh's axes are data, model"});
-  expect_error([&] { (void)xshard::get_op_sharding(m, "(data, modle)"); }, {"'modle'", "data, model"});
-  expect_error([&] { (void)xshard::hlo_sharding_text(m, "none"); }, {"unknown axis name 'none'"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(m, "foo, None"),
+                      {"unknown axis name 'foo'", "the mesh's axes are data, model"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(m, "(data, modle)"), {"'modle'", "data, model"});
+  EXPECT_XSHARD_ERROR((void)xshard::hlo_sharding_text(m, "none"), {"unknown axis name 'none'"});
   const std::int64_t shape[] = {4};
-  expect_error([&] { (void)xshard::shard_slices(m, "foo", shape); }, {"unknown axis name 'foo'"});
+  EXPECT_XSHARD_ERROR((void)xshard::shard_slices(m, "foo", shape), {"unknown axis name 'foo'"});
   // Unnamed axes are listed by index.
-  expect_error([&] { (void)xshard::get_op_sharding(runtime_mesh("4, 2"), "x"); }, {"'x'", "axes are 0, 1"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(runtime_mesh("4, 2"), "x"), {"'x'", "axes are 0, 1"});
 }
 
 TEST(ShardingErrors, AxisUsedTwice) {
   const runtime_mesh m("data=4, model=2");
-  expect_error([&] { (void)xshard::get_op_sharding(m, "data, data"); },
-               {"mesh axis 'data' appears more than once in partition spec"});
-  expect_error([&] { (void)xshard::get_op_sharding(m, "(model, data), model"); }, {"'model'", "more than once"});
-  expect_error([&] { (void)xshard::get_op_sharding(m, "0, data"); }, {"'data'", "more than once"});
-  expect_error([&] { (void)xshard::get_op_sharding(runtime_mesh("4, 2"), "(1, 1)"); }, {"'1'", "more than once"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(m, "data, data"),
+                      {"mesh axis 'data' appears more than once in partition spec"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(m, "(model, data), model"), {"'model'", "more than once"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(m, "0, data"), {"'data'", "more than once"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(runtime_mesh("4, 2"), "(1, 1)"), {"'1'", "more than once"});
 }
 
 TEST(ShardingErrors, NestedTuple) {
   const runtime_mesh m("data=4, model=2");
-  expect_error([&] { (void)xshard::get_op_sharding(m, "(data, (model))"); },
-               {"nested tuples", "column 8", "\"(data, (model))\""});
-  expect_error([&] { (void)xshard::parse_spec_or_throw("((0))"); }, {"nested tuples", "column 2"});
-  expect_error([&] { (void)xshard::parse_spec_or_throw("None, ()"); }, {"empty tuple", "column 7"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(m, "(data, (model))"),
+                      {"nested tuples", "column 8", "\"(data, (model))\""});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_spec_or_throw("((0))"), {"nested tuples", "column 2"});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_spec_or_throw("None, ()"), {"empty tuple", "column 7"});
 }
 
 TEST(ShardingErrors, AxisIndexOutOfRange) {
   const runtime_mesh m("data=4, model=2");
-  expect_error([&] { (void)xshard::get_op_sharding(m, "0, 2"); },
-               {"axis index 2 in partition spec is out of range for a mesh of 2 axes"});
-  expect_error([&] { (void)xshard::get_op_sharding(m, "(17, 0)"); }, {"axis index 17", "2 axes"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(m, "0, 2"),
+                      {"axis index 2 in partition spec is out of range for a mesh of 2 axes"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(m, "(17, 0)"), {"axis index 17", "2 axes"});
 }
 
 TEST(ShardingErrors, SpecRankDiffersFromTensorRank) {
   const runtime_mesh m("data=4, model=2");
   const std::int64_t one[] = {8};
-  expect_error([&] { (void)xshard::shard_slices(m, "data, None", one); },
-               {"partition spec length (2)", "tensor rank (1)"});
+  EXPECT_XSHARD_ERROR((void)xshard::shard_slices(m, "data, None", one),
+                      {"partition spec length (2)", "tensor rank (1)"});
   const std::int64_t three[] = {8, 2, 2};
-  expect_error([&] { (void)xshard::visualize(m, "data", three); }, {"partition spec length (1)", "tensor rank (3)"});
+  EXPECT_XSHARD_ERROR((void)xshard::visualize(m, "data", three), {"partition spec length (1)", "tensor rank (3)"});
   // The XLA-level entry reports the same.
   const xshard::xla_sharding x = xshard::to_xla(xshard::get_op_sharding(m, "data, model"));
-  expect_error([&] { (void)xshard::shard_slices(x, m.device_ids(), one).get(); }, {"(2)", "(1)"});
+  EXPECT_XSHARD_ERROR((void)xshard::shard_slices(x, m.device_ids(), one).get(), {"(2)", "(1)"});
 }
 
 TEST(ShardingErrors, NegativeExtent) {
   const runtime_mesh m("data=4, model=2");
   const std::int64_t shape[] = {4, -3};
-  expect_error([&] { (void)xshard::shard_slices(m, "data, None", shape); }, {"dim 1 has extent -3"});
+  EXPECT_XSHARD_ERROR((void)xshard::shard_slices(m, "data, None", shape), {"dim 1 has extent -3"});
 }
 
 TEST(ShardingErrors, DuplicateAxisNames) {
-  expect_error([] { runtime_mesh m("x=2, y=2, x=2"); }, {"duplicate axis name 'x' in mesh"});
-  expect_error([] { runtime_mesh m({0, 1, 2, 3}, {2, 2}, {"y", "y"}); }, {"duplicate axis name 'y'"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m("x=2, y=2, x=2"), {"duplicate axis name 'x' in mesh"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m({0, 1, 2, 3}, {2, 2}, {"y", "y"}), {"duplicate axis name 'y'"});
 }
 
 TEST(ShardingErrors, DuplicateDeviceIds) {
-  expect_error([] { runtime_mesh m("x=4", {0, 1, 1, 3}); }, {"duplicate device id 1 in mesh"});
-  expect_error([] { runtime_mesh m({2, 0, 2, 1}, {2, 2}, {"a", "b"}); }, {"duplicate device id 2"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m("x=4", {0, 1, 1, 3}), {"duplicate device id 1 in mesh"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m({2, 0, 2, 1}, {2, 2}, {"a", "b"}), {"duplicate device id 2"});
 }
 
 TEST(ShardingErrors, DeviceCountDiffersFromProduct) {
-  expect_error(
-      [] {
-        runtime_mesh m("x=4, y=2", {0, 1, 2, 3});
-      },
-      {"device count 4 does not equal the product of the axis sizes 8"});
-  expect_error([] { runtime_mesh m({0, 1, 2}, {2, 2}, {"a", "b"}); }, {"device count 3", "axis sizes 4"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m("x=4, y=2", {0, 1, 2, 3}),
+                      {"device count 4 does not equal the product of the axis sizes 8"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m({0, 1, 2}, {2, 2}, {"a", "b"}), {"device count 3", "axis sizes 4"});
 }
 
 TEST(ShardingErrors, DeviceIdOutOfRange) {
-  expect_error([] { runtime_mesh m("x=2", {0, 5}); }, {"device id 5 is out of range for a mesh of 2 devices"});
-  expect_error([] { runtime_mesh m("x=2", {-1, 0}); }, {"device id -1"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m("x=2", {0, 5}), {"device id 5 is out of range for a mesh of 2 devices"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m("x=2", {-1, 0}), {"device id -1"});
 }
 
 TEST(ShardingErrors, MalformedMeshText) {
-  expect_error([] { runtime_mesh m("data=4; model=2"); },
-               {"malformed mesh text", "unexpected ';' at column 7", "\"data=4; model=2\""});
-  expect_error([] { runtime_mesh m("x=2,"); }, {"malformed mesh text", "unexpected end of text at column 5"});
-  expect_error([] { runtime_mesh m("x=2, 4"); }, {"unexpected '4' at column 6"});  // named and unnamed mixed
-  expect_error([] { runtime_mesh m("None=2"); }, {"unexpected 'N' at column 1"});
-  expect_error([] { runtime_mesh m("  "); }, {"a mesh needs at least one axis"});
-  expect_error([] { runtime_mesh m("x=0"); }, {"mesh axis 'x' has size 0"});
-  expect_error([] { runtime_mesh m({0}, {1}, {"1x"}); }, {"invalid axis name '1x'"});
-  expect_error([] { runtime_mesh m({0, 1}, {2}, {"a", "b"}); }, {"2 axis names given for 1 mesh axes"});
+  EXPECT_XSHARD_ERROR({ runtime_mesh m("data=4; model=2"); },
+                      {"malformed mesh text", "unexpected ';' at column 7", "\"data=4; model=2\""});
+  EXPECT_XSHARD_ERROR(runtime_mesh m("x=2,"), {"malformed mesh text", "unexpected end of text at column 5"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m("x=2, 4"), {"unexpected '4' at column 6"});  // named and unnamed mixed
+  EXPECT_XSHARD_ERROR(runtime_mesh m("None=2"), {"unexpected 'N' at column 1"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m("  "), {"a mesh needs at least one axis"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m("x=0"), {"mesh axis 'x' has size 0"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m({0}, {1}, {"1x"}), {"invalid axis name '1x'"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m({0, 1}, {2}, {"a", "b"}), {"2 axis names given for 1 mesh axes"});
 }
 
 // BUG (core/error.hpp, describe_text, errc::axis_name_too_long): names of up
@@ -514,35 +510,35 @@ TEST(ShardingErrors, AxisNameTooLongStatesTheRealLimit) {
   const std::string ok32(32, 'a'), bad33(33, 'a');
   EXPECT_EQ(runtime_mesh(ok32 + "=2").axis_names()[0], ok32);  // 32 characters are fine
   EXPECT_EQ(xshard::max_axis_name, 32u);
-  expect_error([&] { runtime_mesh m(bad33 + "=2"); }, {"axis name '" + ok32 + "'", "longer than 32 characters"});
-  expect_error([&] { runtime_mesh m({0, 1}, {2}, {bad33}); }, {"longer than 32 characters"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m(bad33 + "=2"), {"axis name '" + ok32 + "'", "longer than 32 characters"});
+  EXPECT_XSHARD_ERROR(runtime_mesh m({0, 1}, {2}, {bad33}), {"longer than 32 characters"});
 }
 
 TEST(ShardingErrors, MalformedSpecText) {
   const runtime_mesh m("data=4, model=2");
-  expect_error([&] { (void)xshard::get_op_sharding(m, "model K"); },
-               {"malformed partition spec", "unexpected 'K' at column 7", "\"model K\""});
-  expect_error([&] { (void)xshard::get_op_sharding(m, "data,"); }, {"unexpected end of text at column 6"});
-  expect_error([&] { (void)xshard::get_op_sharding(m, "(data, None)"); }, {"unexpected 'N' at column 8"});
-  expect_error([&] { (void)xshard::get_op_sharding(m, "data; model"); }, {"unexpected ';' at column 5"});
-  expect_error([&] { (void)xshard::parse_spec_or_throw("0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0"); },
-               {"partition spec has 17 entries (at most 16)"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(m, "model K"),
+                      {"malformed partition spec", "unexpected 'K' at column 7", "\"model K\""});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(m, "data,"), {"unexpected end of text at column 6"});
+  EXPECT_XSHARD_ERROR((void)xshard::get_op_sharding(m, "(data, None)"), {"unexpected 'N' at column 8"});
+  EXPECT_XSHARD_ERROR({ (void)xshard::get_op_sharding(m, "data; model"); }, {"unexpected ';' at column 5"});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_spec_or_throw("0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0"),
+                      {"partition spec has 17 entries (at most 16)"});
 }
 
 TEST(ShardingErrors, HloTextThatDoesNotParse) {
-  expect_error([] { (void)xshard::parse_hlo_or_throw("{devices=[2]0,1"); },
-               {"malformed HLO sharding", "unexpected end of text at column 16", "\"{devices=[2]0,1\""});
-  expect_error([] { (void)xshard::parse_hlo_or_throw("{foo}"); }, {"unexpected 'f' at column 2"});
-  expect_error([] { (void)xshard::parse_hlo_or_throw("{replicated} x"); }, {"unexpected 'x' at column 14"});
-  expect_error([] { (void)xshard::parse_hlo_or_throw("{devices=[2]0,1,2}"); },
-               {"invalid HLO sharding", "more devices than the tile dims hold"});
-  expect_error([] { (void)xshard::parse_hlo_or_throw("{devices=[2,2]0,1,2}"); }, {"fewer devices"});
-  expect_error([] { (void)xshard::parse_hlo_or_throw("{devices=[2]1,1}"); }, {"a device appears twice"});
-  expect_error([] { (void)xshard::parse_hlo_or_throw("{devices=[2,2]<=[3]}"); },
-               {"iota reshape dims do not multiply to the tile size"});
-  expect_error([] { (void)xshard::parse_hlo_or_throw("{devices=[4]<=[2,2]T(0,0)}"); },
-               {"transpose is not a permutation"});
-  expect_error([] { (void)xshard::parse_hlo_or_throw("{devices=[0]}"); }, {"a tile dim is 0"});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_hlo_or_throw("{devices=[2]0,1"),
+                      {"malformed HLO sharding", "unexpected end of text at column 16", "\"{devices=[2]0,1\""});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_hlo_or_throw("{foo}"), {"unexpected 'f' at column 2"});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_hlo_or_throw("{replicated} x"), {"unexpected 'x' at column 14"});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_hlo_or_throw("{devices=[2]0,1,2}"),
+                      {"invalid HLO sharding", "more devices than the tile dims hold"});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_hlo_or_throw("{devices=[2,2]0,1,2}"), {"fewer devices"});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_hlo_or_throw("{devices=[2]1,1}"), {"a device appears twice"});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_hlo_or_throw("{devices=[2,2]<=[3]}"),
+                      {"iota reshape dims do not multiply to the tile size"});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_hlo_or_throw("{devices=[4]<=[2,2]T(0,0)}"),
+                      {"transpose is not a permutation"});
+  EXPECT_XSHARD_ERROR((void)xshard::parse_hlo_or_throw("{devices=[0]}"), {"a tile dim is 0"});
   EXPECT_FALSE(xshard::parse_hlo("").ok());
 }
 

@@ -19,6 +19,8 @@
 #include <string_view>
 #include <xshard/xshard.hpp>
 
+#include "../support/expect_error.hpp"
+
 namespace {
 
 template <class... Ms>
@@ -73,13 +75,7 @@ void check_pair(tally& t) {
     ++t.refused;
     static_assert(!xshard::shardable<M, S, int>);
     constexpr xshard::diagnostic diag = xshard::compute_op_sharding(M::ref(), S::value).diag;
-    std::string message;
-    try {
-      (void)xshard::get_op_sharding(rm, text);
-    } catch (const xshard::error& e) {
-      message = e.what();
-    }
-    EXPECT_EQ(message, xshard::describe(diag, text));
+    EXPECT_EQ(xshard_test::error_of([&] { (void)xshard::get_op_sharding(rm, text); }), xshard::describe(diag, text));
   }
 }
 

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "../support/expect_error.hpp"
+
 namespace xshard {
 void PrintTo(const device_attributes& d, std::ostream* os) {
   *os << "{id " << d.id << ", coords (" << d.coords[0] << ", " << d.coords[1] << ", " << d.coords[2] << ")";
@@ -34,12 +36,7 @@ using xshard::device_attributes;
 using devices = std::vector<device_attributes>;
 
 std::string parse_error(std::string_view json) {
-  try {
-    (void)xshard::parse_topology(json);
-  } catch (const xshard::error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return xshard_test::error_of([&] { (void)xshard::parse_topology(json); });
 }
 
 devices parse_ok(std::string_view json) {
@@ -111,14 +108,7 @@ TEST(ToJson, RoundTrips) {
 }
 
 TEST(ToJson, RefusesWhatTheParserWouldRefuse) {
-  auto error_of = [](const devices& d) {
-    try {
-      (void)xshard::to_json(d);
-    } catch (const xshard::error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  auto error_of = [](const devices& d) { return xshard_test::error_of([&] { (void)xshard::to_json(d); }); };
   EXPECT_THAT(error_of({{0, {0, 0, 0}, 0}, {1, {1, 0, 0}, std::nullopt}}), HasSubstr("\"slice_index\" must be given"));
   EXPECT_THAT(error_of({{0, {0, 0, 0}, {}}, {0, {1, 0, 0}, {}}}), HasSubstr("duplicate device id 0"));
   EXPECT_THAT(error_of({{-1, {0, 0, 0}, {}}}), HasSubstr("\"id\" must be a non-negative integer, got -1"));
@@ -340,12 +330,7 @@ class TopologyFile : public ::testing::Test {
     return path;
   }
   static std::string read_error(const std::string& path) {
-    try {
-      (void)xshard::read_topology_file(path);
-    } catch (const xshard::error& e) {
-      return e.what();
-    }
-    return "(no error)";
+    return xshard_test::error_of([&] { (void)xshard::read_topology_file(path); });
   }
 };
 
