@@ -269,6 +269,29 @@ TEST(Graph, LayerNormCausalMaskAndAUserKernelMatchFiniteDifferences) {
   check(std::get<1>(p), std::get<1>(gp), "w");
 }
 
+// The causal mask's fill, for every placement of the query and key dims,
+// against a naive loop over multi-indices.
+TEST(Graph, CausalMaskFillsExactlyTheEntriesAboveTheDiagonal) {
+  const std::vector<std::size_t> shape{2, 3, 4, 5};
+  std::size_t size = 1;
+  for (const std::size_t e : shape) size *= e;
+  for (std::size_t qd = 0; qd < 4; ++qd)
+    for (std::size_t kd = 0; kd < 4; ++kd) {
+      if (qd == kd) continue;
+      std::vector<double> got(size, 1.0);
+      g::detail::fill_above_diagonal(shape, qd, kd, got.data(), -7.0);
+      std::size_t i = 0, wrong = 0;
+      for (std::size_t a = 0; a < 2; ++a)
+        for (std::size_t b = 0; b < 3; ++b)
+          for (std::size_t c = 0; c < 4; ++c)
+            for (std::size_t d = 0; d < 5; ++d, ++i) {
+              const std::array<std::size_t, 4> idx{a, b, c, d};
+              wrong += got[i] != (idx[kd] > idx[qd] ? -7.0 : 1.0);
+            }
+      EXPECT_EQ(wrong, 0u) << "q dim " << qd << ", k dim " << kd;
+    }
+}
+
 struct custom_plain_def {
   using input = xt::xtensor<double, 3>;
   using params = std::tuple<xt::xtensor<double, 1>>;

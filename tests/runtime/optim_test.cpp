@@ -8,6 +8,7 @@
 // equal to the compile-time plans.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -182,6 +183,46 @@ TEST(Optim, AdamwMatchesNaiveReference) {
   const Dense m = opt.state(0);
   EXPECT_NEAR(std::get<4>(m)(1, 2, 0), ref.m[4][1 * 15 + 2 * 3 + 0], 1e-14);
   EXPECT_EQ(opt.state_name(1), "v");
+}
+
+// The float update (AVX-512 or AVX2 kernel where the CPU has one; the isa.*
+// CTests rerun this with XSHARD_ISA capped): against the double reference,
+// and the same bits however the elements are cut into calls (ZeRO-1 updates
+// shards of a tensor; the vector kernels pad the tail instead of switching
+// to other arithmetic).
+TEST(Optim, AdamwFloatKernelMatchesReferenceAndIgnoresChunking) {
+  const xshard::adamw rule{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.1};
+  for (const std::size_t n : {1u, 7u, 8u, 15u, 16u, 17u, 33u, 100u}) {
+    std::vector<float> p(n), g(n), m(n, 0.0f), v(n, 0.0f);
+    std::vector<double> pd(n), md(n, 0.0), vd(n, 0.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      p[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + 0.3));
+      pd[i] = p[i];
+    }
+    std::vector<float> pc = p, mc = m, vc = v;  // updated in chunks of 5
+    for (std::int64_t t = 1; t <= 3; ++t) {
+      for (std::size_t i = 0; i < n; ++i) g[i] = static_cast<float>(std::cos(1.3 * static_cast<double>(i) + t));
+      float* s[] = {m.data(), v.data()};
+      rule.update(p.data(), g.data(), 0.5f, s, n, t);
+      for (std::size_t at = 0; at < n; at += 5) {
+        float* sc[] = {mc.data() + at, vc.data() + at};
+        rule.update(pc.data() + at, g.data() + at, 0.5f, sc, std::min<std::size_t>(5, n - at), t);
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        const double gi = 0.5 * g[i];
+        md[i] = 0.9 * md[i] + 0.1 * gi;
+        vd[i] = 0.99 * vd[i] + 0.01 * gi * gi;
+        const double mhat = md[i] / (1 - std::pow(0.9, t)), vhat = vd[i] / (1 - std::pow(0.99, t));
+        pd[i] = pd[i] - 0.01 * 0.1 * pd[i] - 0.01 * mhat / (std::sqrt(vhat) + 1e-6);
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(p[i], pd[i], 1e-6) << "n " << n << ", element " << i;
+      EXPECT_EQ(p[i], pc[i]) << "n " << n << ", element " << i;
+      EXPECT_EQ(m[i], mc[i]) << "n " << n << ", element " << i;
+      EXPECT_EQ(v[i], vc[i]) << "n " << n << ", element " << i;
+    }
+  }
 }
 
 TEST(Optim, SgdMomentumMatchesNaiveReference) {

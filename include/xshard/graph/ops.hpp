@@ -528,7 +528,33 @@ struct rule<binary_op<B>> {
         return detail::sum_to<R>(std::forward<G>(g), c.a_shapes[K]);
       else if constexpr (B == binary::sub)
         return detail::sum_to<R>(xt::eval(-g), c.a_shapes[K]);
-      else if constexpr (B == binary::mul)
+      else if constexpr (B == binary::mul && detail::rank_v<A1> == 1 && detail::rank_v<A0> >= 2 &&
+                         std::is_same_v<std::remove_cvref_t<A0>,
+                                        xt::xtensor<detail::element_t<A0>, detail::rank_v<A0>>> &&
+                         std::is_same_v<std::remove_cvref_t<G>,
+                                        xt::xtensor<detail::element_t<G>, detail::rank_v<A0>>>) {
+        // x * w with w along the last dim (a norm's gain): row by row.
+        const auto& x = c.template operand<0>();
+        const auto& w = c.template operand<1>();
+        const std::size_t n = x.shape()[detail::rank_v<A0> - 1];
+        if (g.shape() == x.shape() && w.size() == n && n > 0) {
+          if constexpr (K == 0) {
+            std::remove_cvref_t<G> r = std::forward<G>(g);
+            detail::bias_rows<binary::mul>(r.data(), r.data(), w, r.size() / n, n);
+            return r;
+          } else {
+            using T = detail::element_t<A1>;
+            xt::xtensor<T, 1> r = xt::zeros<T>({n});
+            const T* gp = g.data();
+            const T* xp = x.data();
+            T* rp = r.data();
+            for (std::size_t i = 0, rows = g.size() / n; i < rows; ++i, gp += n, xp += n)
+              for (std::size_t j = 0; j < n; ++j) rp[j] += gp[j] * xp[j];
+            return r;
+          }
+        }
+        return detail::sum_to<R>(xt::eval(g * c.template operand<1 - K>()), c.a_shapes[K]);
+      } else if constexpr (B == binary::mul)
         return detail::sum_to<R>(xt::eval(g * c.template operand<1 - K>()), c.a_shapes[K]);
       else if constexpr (K == 0)
         return detail::sum_to<R>(xt::eval(g / c.template operand<1>()), c.a_shapes[K]);
@@ -890,17 +916,36 @@ auto on_blocks(const X& x, const Y& y, F&& f) {
     return plain_t<Y>(f(x, y));
 }
 
-/// Calls f(q, k, flat) for every element of a contiguous row-major block
-/// of shape `shape`, q and k its indices along dims qd and kd.
-template <class S, class F>
-void for_each_qk(const S& shape, std::size_t qd, std::size_t kd, F&& f) {
-  std::size_t size = 1, sq = 1, sk = 1;
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    if (d == qd) sq = size;
-    if (d == kd) sk = size;
-    size *= shape[d];
+/// Sets to `fill` the entries of a contiguous row-major block of shape
+/// `shape` whose index along dim kd exceeds its index along dim qd (the
+/// causal mask). Walks the block one innermost row at a time, each row's
+/// masked entries being one contiguous run (a suffix when kd is the last
+/// dim, a prefix when qd is, all or none otherwise): no per-element index
+/// arithmetic.
+template <class S, class T>
+void fill_above_diagonal(const S& shape, std::size_t qd, std::size_t kd, T* data, T fill) {
+  const std::size_t rank = shape.size();
+  if (rank == 0) return;
+  const std::size_t last = rank - 1, n = shape[last];
+  std::size_t rows = 1;
+  for (std::size_t d = 0; d < last; ++d) rows *= shape[d];
+  if (n == 0 || rows == 0) return;
+  std::vector<std::size_t> idx(rank, 0);  // the row's index in dims 0..last-1
+  for (std::size_t row = 0; row < rows; ++row) {
+    T* r = data + row * n;
+    if (kd == last) {
+      const std::size_t from = std::min(idx[qd] + 1, n);
+      std::fill(r + from, r + n, fill);
+    } else if (qd == last) {
+      std::fill(r, r + std::min(idx[kd], n), fill);
+    } else if (idx[kd] > idx[qd]) {
+      std::fill(r, r + n, fill);
+    }
+    for (std::size_t d = last; d-- > 0;) {  // odometer over the outer dims
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
   }
-  for (std::size_t i = 0; i < size; ++i) f((i / sq) % shape[qd], (i / sk) % shape[kd], i);
 }
 
 }  // namespace detail
@@ -1123,9 +1168,7 @@ struct rule<causal_mask_op<QDim, KDim>> : local_op {
   template <class V>
   static auto masked(const V& v, typename V::value_type fill) {
     detail::plain_t<V> r(v);
-    detail::for_each_qk(r.shape(), q<V>, k<V>, [&](std::size_t qi, std::size_t ki, std::size_t i) {
-      if (ki > qi) r.data()[i] = fill;
-    });
+    detail::fill_above_diagonal(r.shape(), q<V>, k<V>, r.data(), fill);
     return r;
   }
   template <class X>

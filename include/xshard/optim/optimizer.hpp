@@ -55,8 +55,10 @@
 
 #include "../core/error.hpp"
 #include "../core/fixed_string.hpp"
+#include "../core/isa.hpp"
 #include "../spmd/collectives.hpp"
 #include "../spmd/sharded.hpp"
+#include "arch/x86.hpp"
 #include "tensors.hpp"
 
 namespace xshard {
@@ -117,7 +119,20 @@ struct adamw {
     const T root_bc2 = static_cast<T>(std::sqrt(1 - std::pow(beta2, td)));
     const T decay = static_cast<T>(1 - lr * weight_decay);
     const T e = static_cast<T>(eps);
-    for (std::size_t i = 0; i < n; ++i) {
+#if XSHARD_X86_KERNELS
+    if constexpr (std::is_same_v<T, float>) {
+      const detail::x86::adamw_constants k{scale, b1, c1, b2, c2, step, root_bc2, decay, e};
+      switch (active_isa()) {
+        case simd_isa::avx512:
+          return detail::x86::avx512::adamw_update(p, g, m, v, n, k);
+        case simd_isa::avx2:
+          return detail::x86::avx2::adamw_update(p, g, m, v, n, k);
+        case simd_isa::generic:
+          break;
+      }
+    }
+#endif
+    for (std::size_t i = 0; i < n; ++i) {  // the arithmetic of optim/arch/x86.hpp's kernels
       const T gi = g[i] * scale;
       const T mi = b1 * m[i] + c1 * gi;
       const T vi = b2 * v[i] + c2 * gi * gi;
