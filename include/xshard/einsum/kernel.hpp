@@ -190,8 +190,7 @@ void pack_a(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t i0, std::
     if (m_stride.uniform && m_stride.stride == 1 && rows == static_cast<std::size_t>(MR)) {
       for (std::size_t p = 0; p < kc; ++p) {
         const T* src = a0 + g.a_k[p0 + p];
-        T* dst = panel + p * MR;
-        for (int ii = 0; ii < MR; ++ii) dst[ii] = src[ii];
+        std::memcpy(panel + p * MR, src, MR * sizeof(T));  // vector moves: dst and src may not alias
       }
       continue;
     }
@@ -227,7 +226,7 @@ void pack_b(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t p0, std::
         const T* src = g.b + base + g.b_k[p0 + p] + (j0 + c);
         T* dst = panel + p * NR;
         if (width == static_cast<std::size_t>(NR)) {
-          for (int jj = 0; jj < NR; ++jj) dst[jj] = src[jj];
+          std::memcpy(dst, src, NR * sizeof(T));
         } else {
           for (std::size_t jj = 0; jj < width; ++jj) dst[jj] = src[jj];
           for (std::size_t jj = width; jj < static_cast<std::size_t>(NR); ++jj) dst[jj] = T(0);
