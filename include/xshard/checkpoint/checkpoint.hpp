@@ -80,6 +80,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include "../core/error.hpp"
+#include "../core/text.hpp"
 #include "../optim/optimizer.hpp"
 #include "../optim/tensors.hpp"
 #include "../sharding/sharding.hpp"
@@ -776,12 +777,6 @@ class checkpoint_reader {
                 "\" is not in the checkpoint (it holds " + (have.empty() ? std::string("no tensors") : have) + ")");
   }
 
-  static std::string shape_text(const std::vector<std::int64_t>& s) {
-    std::string r = "[";
-    for (std::size_t d = 0; d < s.size(); ++d) r += (d ? "," : "") + std::to_string(s[d]);
-    return r + "]";
-  }
-
   const manifest_tensor& entry(std::string_view name, dtype type, const std::vector<std::int64_t>& shape) const {
     const manifest_tensor* t = manifest_.find(name);
     if (!t) missing(name);
@@ -790,8 +785,8 @@ class checkpoint_reader {
       throw error(head + "is " + std::string(dtype_name(t->type)) + " in the checkpoint, the model's is " +
                   std::string(dtype_name(type)));
     if (t->shape != shape)
-      throw error(head + "has global shape " + shape_text(t->shape) + " in the checkpoint, the model's is " +
-                  shape_text(shape));
+      throw error(head + "has global shape " + detail::shape_text(t->shape) + " in the checkpoint, the model's is " +
+                  detail::shape_text(shape));
     return *t;
   }
 

@@ -83,4 +83,22 @@ consteval auto to_fixed_string() {
   return out;
 }
 
+namespace detail {
+
+/// A shape (or any list of extents) as "[2,3]": the one spelling of shapes
+/// in xshard's messages.
+template <class S>
+std::string shape_text(const S& shape) {
+  std::string t = "[";
+  bool first = true;
+  for (const auto e : shape) {
+    if (!first) t += ',';
+    first = false;
+    t += std::to_string(e);
+  }
+  return t + "]";
+}
+
+}  // namespace detail
+
 }  // namespace xshard

@@ -40,6 +40,7 @@
 #include "../core/error.hpp"
 #include "../core/fixed_string.hpp"
 #include "../core/tensor_traits.hpp"
+#include "../core/text.hpp"
 #include "fixed.hpp"
 #include "kernel.hpp"
 #include "parse.hpp"
@@ -298,10 +299,8 @@ void check_output(const Out& out, const std::vector<std::size_t>& shape, std::st
   bool ok = out.dimension() == shape.size();
   for (std::size_t d = 0; ok && d < shape.size(); ++d) ok = static_cast<std::size_t>(out.shape()[d]) == shape[d];
   if (!ok) {
-    std::string want, got;
-    for (std::size_t d = 0; d < shape.size(); ++d) want += (d ? "," : "") + std::to_string(shape[d]);
-    for (std::size_t d = 0; d < out.dimension(); ++d) got += (d ? "," : "") + std::to_string(out.shape()[d]);
-    throw error("xshard: einsum output has shape [" + got + "] but \"" + std::string(text) + "\" gives [" + want + "]");
+    throw error("xshard: einsum output has shape " + detail::shape_text(out.shape()) + " but \"" + std::string(text) +
+                "\" gives " + detail::shape_text(shape));
   }
 }
 

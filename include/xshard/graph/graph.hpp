@@ -664,8 +664,8 @@ struct program {
     (std::make_index_sequence<size>{});
     if (const shape_rec got = shape_of(gy); !(got == v.shapes[size - 1]))
       throw error("xshard::graph: the result's gradient has shape " +
-                  detail::shape_string(std::span(got.extents.data(), got.rank)) + " but the result " +
-                  detail::shape_string(std::span(v.shapes[size - 1].extents.data(), v.shapes[size - 1].rank)) +
+                  ::xshard::detail::shape_text(std::span(got.extents.data(), got.rank)) + " but the result " +
+                  ::xshard::detail::shape_text(std::span(v.shapes[size - 1].extents.data(), v.shapes[size - 1].rank)) +
                   " (backward)");
     using root_ct = std::remove_cvref_t<decltype(*std::get<size - 1>(ct))>;
     std::get<size - 1>(ct).emplace(as_type<root_ct>(gy));  // the declared output may name size-1 mesh axes

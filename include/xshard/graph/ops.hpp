@@ -38,6 +38,7 @@
 #include "../core/error.hpp"
 #include "../core/static_vector.hpp"
 #include "../core/tensor_traits.hpp"
+#include "../core/text.hpp"
 #include "../einsum/einsum.hpp"
 #include "../einsum/grad.hpp"
 #include "../ops/gelu.hpp"
@@ -103,14 +104,6 @@ inline constexpr std::size_t rank_v = [] {
 template <class V>
 using plain_t = xt::xtensor<element_t<V>, rank_v<V>>;
 
-/// "[2,3]".
-template <class S>
-std::string shape_string(const S& s) {
-  std::string t = "[";
-  for (std::size_t d = 0; d < s.size(); ++d) t += (d ? "," : "") + std::to_string(s[d]);
-  return t + "]";
-}
-
 /// g (numpy-broadcast from shape s) summed back to shape s, as a tensor of
 /// rank R.
 template <std::size_t R, class G>
@@ -130,8 +123,8 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
   for (std::size_t d = 0; broadcast && d < R; ++d)
     broadcast = s.extents[R - 1 - d] == 1 || s.extents[R - 1 - d] == g.shape()[gr - 1 - d];
   if (!broadcast)
-    throw error("xshard::graph: a gradient of shape " + shape_string(g.shape()) + " is not the broadcast of " +
-                shape_string(std::span(s.extents.data(), R)));
+    throw error("xshard::graph: a gradient of shape " + ::xshard::detail::shape_text(g.shape()) +
+                " is not the broadcast of " + ::xshard::detail::shape_text(std::span(s.extents.data(), R)));
   // Each element of g adds into the element of s it was broadcast from:
   // leading dims of g and the size-1 dims of s are summed.
   std::array<std::size_t, R> shape{};
@@ -176,9 +169,9 @@ void check_broadcast(const SA& a, const SB& b, std::string_view op) {
   for (std::size_t d = 1; d <= n; ++d) {
     const std::size_t x = a[a.size() - d], y = b[b.size() - d];
     if (x != y && x != 1 && y != 1)
-      throw error("xshard::graph: " + std::string(op) + " of shapes " + shape_string(a) + " and " + shape_string(b) +
-                  " does not broadcast (dim -" + std::to_string(d) + ": " + std::to_string(x) + " vs " +
-                  std::to_string(y) + ")");
+      throw error("xshard::graph: " + std::string(op) + " of shapes " + ::xshard::detail::shape_text(a) + " and " +
+                  ::xshard::detail::shape_text(b) + " does not broadcast (dim -" + std::to_string(d) + ": " +
+                  std::to_string(x) + " vs " + std::to_string(y) + ")");
   }
 }
 

@@ -31,6 +31,7 @@
 
 #include "../core/error.hpp"
 #include "../core/tensor_traits.hpp"
+#include "../core/text.hpp"
 #include "../trace/trace.hpp"  // composite_trace: one trace_me scope per composite call
 #include "composite_policy.hpp"
 
@@ -89,12 +90,6 @@ const R& contiguous(const E& e, std::optional<R>& keep) {
     keep.emplace(e);
     return *keep;
   }
-}
-
-inline std::string shape_text(const auto& shape) {
-  std::string t = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
-  return t + ")";
 }
 
 template <class A, class B>

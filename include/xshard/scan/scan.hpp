@@ -39,6 +39,7 @@
 #include <xtensor/xview.hpp>
 
 #include "../core/error.hpp"
+#include "../core/text.hpp"
 #include "../trace/trace.hpp"
 
 namespace xshard {
@@ -80,12 +81,6 @@ void collect_shapes(const C& c, std::vector<std::vector<std::size_t>>& out) {
   } else if constexpr (requires { c.global_shape(); }) {  // a sharded tensor: its global shape
     out.emplace_back(c.global_shape().begin(), c.global_shape().end());
   }
-}
-
-inline std::string shape_text(const std::vector<std::size_t>& s) {
-  std::string r = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "]";
 }
 
 /// Leading extent of a tensor, or of every tensor of a tuple (checked equal).
