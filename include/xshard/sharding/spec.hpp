@@ -166,6 +166,26 @@ struct resolved_spec {
   friend constexpr bool operator==(const resolved_spec&, const resolved_spec&) = default;
 };
 
+/// The inverse of resolve_spec: each mesh axis by its name, by its index
+/// when the axis is unnamed (what spec_text then prints: "data, None, (x, y)").
+constexpr partition_spec unresolve_spec(const resolved_spec& s, const mesh_axes& axes) {
+  partition_spec out;
+  for (const axis_list& dim : s.dims) {
+    spec_entry e;
+    for (const mesh_axis_t ax : dim) {
+      axis_ref r;
+      const mesh_axis& m = axes[static_cast<std::size_t>(ax)];
+      if (m.name.empty())
+        r.index = static_cast<std::int64_t>(ax);
+      else
+        r.name = m.name;
+      e.axes.push_back(r);
+    }
+    out.entries.push_back(e);
+  }
+  return out;
+}
+
 /// Resolves names and indices against the mesh axes; checks that every axis
 /// exists and is used at most once.
 constexpr checked<resolved_spec> resolve_spec(const partition_spec& s, const mesh_axes& axes) {

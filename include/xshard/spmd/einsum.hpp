@@ -168,26 +168,7 @@ constexpr einsum_binding sharded_binding() {
 /// A resolved spec back as spec text on mesh M ("data, None, (x, y)").
 template <Mesh M>
 constexpr text_builder resolved_text(const resolved_spec& s) {
-  text_builder t;
-  for (std::size_t d = 0; d < s.rank(); ++d) {
-    if (d) t << ", ";
-    const dim_axes& a = s.dims[d];
-    if (a.empty()) {
-      t << "None";
-    } else {
-      if (a.size() > 1) t << "(";
-      for (std::size_t j = 0; j < a.size(); ++j) {
-        if (j) t << ", ";
-        const auto& axis = M::axes[static_cast<std::size_t>(a[j])];
-        if (axis.name.empty())
-          t << static_cast<std::int64_t>(a[j]);
-        else
-          t << axis.name.view();
-      }
-      if (a.size() > 1) t << ")";
-    }
-  }
-  return t;
+  return spec_text(unresolve_spec(s, M::axes));
 }
 
 template <Mesh M, resolved_spec S>
