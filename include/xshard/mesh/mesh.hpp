@@ -104,6 +104,22 @@ constexpr std::array<int, N> iota_ids() {
 }
 }  // namespace detail
 
+namespace detail {
+// The accessors both meshes share, written once over their axes.
+
+/// The axis sizes alone (torch_xla's mesh_shape).
+constexpr static_vector<std::int64_t, max_mesh_axes> axis_sizes(const mesh_axes& axes) {
+  static_vector<std::int64_t, max_mesh_axes> s;
+  for (const mesh_axis& a : axes) s.push_back(a.size);
+  return s;
+}
+/// Index of the named axis, or nullopt (torch_xla's get_axis_name_idx).
+constexpr std::optional<std::size_t> axis_position(const mesh_axes& axes, std::string_view name) {
+  const int i = find_axis(axes, name);
+  return i < 0 ? std::nullopt : std::optional<std::size_t>(static_cast<std::size_t>(i));
+}
+}  // namespace detail
+
 class runtime_mesh;
 
 /// A mesh whose axes and device ids are part of its type.
@@ -140,15 +156,10 @@ struct mesh {
   /// The axes in order, each with its name and size (torch_xla's shape()).
   static constexpr mesh_axes shape() { return axes; }
   /// The axis sizes alone (torch_xla's mesh_shape).
-  static constexpr static_vector<std::int64_t, max_mesh_axes> mesh_shape() {
-    static_vector<std::int64_t, max_mesh_axes> s;
-    for (const mesh_axis& a : axes) s.push_back(a.size);
-    return s;
-  }
+  static constexpr static_vector<std::int64_t, max_mesh_axes> mesh_shape() { return detail::axis_sizes(axes); }
   /// Index of the named axis, or nullopt (torch_xla's get_axis_name_idx).
   static constexpr std::optional<std::size_t> axis_index(std::string_view name) {
-    const int i = find_axis(axes, name);
-    return i < 0 ? std::nullopt : std::optional<std::size_t>(static_cast<std::size_t>(i));
+    return detail::axis_position(axes, name);
   }
   static constexpr mesh_ref ref() { return {axes, device_ids}; }
   static constexpr int_array logical_mesh() { return logical_mesh_of(ref()); }
@@ -180,19 +191,15 @@ class runtime_mesh {
   std::int64_t size() const { return mesh_size(axes_); }
   const mesh_axes& shape() const { return axes_; }
   std::vector<std::int64_t> mesh_shape() const {
-    std::vector<std::int64_t> s;
-    for (const mesh_axis& a : axes_) s.push_back(a.size);
-    return s;
+    const auto s = detail::axis_sizes(axes_);
+    return {s.begin(), s.end()};
   }
   std::vector<std::string> axis_names() const {
     std::vector<std::string> s;
     for (const mesh_axis& a : axes_) s.push_back(a.name.str());
     return s;
   }
-  std::optional<std::size_t> axis_index(std::string_view name) const {
-    const int i = find_axis(axes_, name);
-    return i < 0 ? std::nullopt : std::optional<std::size_t>(static_cast<std::size_t>(i));
-  }
+  std::optional<std::size_t> axis_index(std::string_view name) const { return detail::axis_position(axes_, name); }
   const std::vector<int>& device_ids() const { return ids_; }
   mesh_ref ref() const { return {axes_, ids_}; }
   int_array logical_mesh() const { return logical_mesh_of(ref()); }
