@@ -149,6 +149,57 @@ void for_each_layout(F&& f) {
       [&](auto i) { f(std::type_identity<std::tuple_element_t<i.value, layouts>>{}); });
 }
 
+// The manifest parser's messages, one per way a manifest can be wrong (the
+// fuzz target feeds it arbitrary bytes; this pins the words and line numbers).
+TEST(CheckpointManifest, EveryDefectIsNamedWithItsLine) {
+  using xshard::detail::crc32;
+  using xshard::detail::hex32;
+  const auto with_crc = [](const std::string& body) { return body + "crc32 " + hex32(crc32(body)) + "\n"; };
+  const std::string h = "xshard-checkpoint 1\nversion 0.1.0\nstep 7\nmesh data=2, model=2\ndevices 0,1,2,3\n";
+  const std::string t1 = "tensor model/w float32 [4,6] None, model\n";
+  const std::string good = with_crc(h + t1);
+  struct row {
+    std::string text, message;
+  };
+  const row rows[] = {
+      {"", "line 1: missing \"xshard-checkpoint\" (the manifest is cut short)"},
+      {"xshard-checkpoint 1\n", "line 2: missing \"version\" (the manifest is cut short)"},
+      {"xshard-checkpoint 1\nversion 0.1.0\nsteps 7\n", "line 3: expected \"step ...\", found \"steps 7\""},
+      {with_crc("xshard-checkpoint 1\nversion 0.1.0\nstep 7\nmesh m\ndevices 0,,1\n"), "line 5: bad device id"},
+      {with_crc("xshard-checkpoint 1\nversion 0.1.0\nstep 7\nmesh m\ndevices 0,1,\n"), "line 5: bad device id"},
+      {with_crc("xshard-checkpoint 2\nversion 0.1.0\nstep 7\nmesh m\ndevices 0\n"),
+       "line 1: format 2 (this library reads format 1)"},
+      {with_crc(h + "tensor a int7 [2] None\n"), "line 6: unknown dtype \"int7\""},
+      {with_crc(h + "tensor a float32 [2,x] None\n"), "line 6: bad extent"},
+      {with_crc(h + "tensor a float32 [2,] None\n"), "line 6: bad extent"},
+      {with_crc(h + "tensor a float32 [2]\n"), "line 6: expected a spec after the shape"},
+      {with_crc(h + "tensor a float32\n"), "line 6: a tensor line needs a name, a dtype, a shape and a spec"},
+      {with_crc(h + t1 + t1), "line 7: tensor \"model/w\" is listed twice"},
+      {with_crc(h + "tensor ../a float32 [2] None\n"),
+       "line 6: tensor name \"../a\" has an empty, \".\" or \"..\" part"},
+      {with_crc(h + "tensor a float32 [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1] None\n"), "line 6: rank above 16"},
+      {h + t1 + "crc32 00000000\n",
+       "line 7: crc32 78da4ed8 of the manifest differs from the recorded 00000000 (the file is corrupt)"},
+      {h + t1 + "crc32 0000000\n", "line 7: bad crc32"},
+      {good + "x\n", "line 7: text after the crc32 line"},
+      {h + t1, "line 7: no crc32 line (the manifest is cut short)"},
+      {good.substr(0, good.size() - 1), "line 7: no line break at the end (the manifest is cut short)"},
+      {h + "frob\n", "line 6: expected \"tensor ...\" or \"crc32 ...\""},
+  };
+  for (const row& r : rows)
+    EXPECT_EQ(xshard_test::error_of([&] { (void)xshard::parse_manifest(r.text, "test"); }),
+              "xshard: test: manifest " + r.message)
+        << r.text;
+  const xshard::checkpoint_manifest m = xshard::parse_manifest(good);
+  EXPECT_EQ(m.step, 7);
+  EXPECT_EQ(m.mesh, "data=2, model=2");
+  EXPECT_EQ(m.devices, (std::vector<int>{0, 1, 2, 3}));
+  ASSERT_EQ(m.tensors.size(), 1u);
+  EXPECT_EQ(m.tensors[0].shape, (std::vector<std::int64_t>{4, 6}));
+  EXPECT_EQ(m.tensors[0].spec, "None, model");
+  EXPECT_EQ(xshard::print_manifest(m), good);
+}
+
 TEST(Checkpoint, ReshardMatrix) {
   const fs::path dir = temp_dir();
   const globals g = make_globals(1);

@@ -225,46 +225,78 @@ inline std::string print_manifest(const checkpoint_manifest& m) {
   return s;
 }
 
-/// Parses and checks a manifest; `where` names the file in messages.
-inline checkpoint_manifest parse_manifest(std::string_view text, std::string_view where = "checkpoint") {
-  const std::string head = "xshard: " + std::string(where) + ": ";
-  std::size_t line_no = 0;
-  auto fail = [&](const std::string& what) -> error {
-    return error(head + "manifest line " + std::to_string(line_no) + ": " + what);
-  };
-  checkpoint_manifest m;
-  m.version.clear();
-  std::size_t pos = 0;
-  bool ended = false;
-  auto next_line = [&](std::string_view& line) {
-    if (pos >= text.size()) return false;
-    const std::size_t nl = text.find('\n', pos);
+namespace detail {
+
+/// The manifest parser's state: the text, the read position and the line
+/// number its messages give.
+class manifest_reader {
+ public:
+  manifest_reader(std::string_view text, std::string_view where)
+      : text_(text), head_("xshard: " + std::string(where) + ": ") {}
+
+  error fail(const std::string& what) const {
+    return error(head_ + "manifest line " + std::to_string(line_no_) + ": " + what);
+  }
+  /// The next line, or false at the end of the text.
+  bool next_line(std::string_view& line) {
+    if (pos_ >= text_.size()) return false;
+    const std::size_t nl = text_.find('\n', pos_);
     if (nl == std::string_view::npos) {
-      ++line_no;
+      ++line_no_;
       throw fail("no line break at the end (the manifest is cut short)");
     }
-    line = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
+    line = text_.substr(pos_, nl - pos_);
+    pos_ = nl + 1;
+    ++line_no_;
     return true;
-  };
-  auto field = [&](std::string_view line, std::string_view key, std::string_view& rest) {
+  }
+  /// The next line, which must exist: `what` names it in the message.
+  std::string_view need_line(const std::string& what) {
+    std::string_view line;
+    if (!next_line(line)) {
+      ++line_no_;
+      throw fail(what + " (the manifest is cut short)");
+    }
+    return line;
+  }
+  static bool field(std::string_view line, std::string_view key, std::string_view& rest) {
     if (!line.starts_with(key) || line.size() < key.size() + 1 || line[key.size()] != ' ') return false;
     rest = line.substr(key.size() + 1);
     return true;
-  };
-  std::string_view line, rest;
-  const char* order[] = {"xshard-checkpoint", "version", "step", "mesh", "devices"};
-  for (int k = 0; k < 5; ++k) {
-    if (!next_line(line)) {
-      ++line_no;
-      throw fail(std::string("missing \"") + order[k] + "\" (the manifest is cut short)");
+  }
+  /// Comma-separated integers in [0, max], at most `count` of them.
+  std::vector<std::int64_t> int_list(std::string_view text, std::int64_t max, std::size_t count, const std::string& bad,
+                                     const std::string& too_many) const {
+    std::vector<std::int64_t> out;
+    std::size_t p = 0;
+    while (p < text.size()) {
+      std::size_t e = text.find(',', p);
+      if (e == std::string_view::npos) e = text.size();
+      std::int64_t v = 0;
+      if (!parse_int(text.substr(p, e - p), 0, max, v)) throw fail(bad);
+      if (out.size() >= count) throw fail(too_many);
+      out.push_back(v);
+      p = e + 1;
+      if (e == text.size()) break;
+      if (p == text.size()) throw fail(bad);
     }
-    if (!field(line, order[k], rest))
-      throw fail(std::string("expected \"") + order[k] + " ...\", found \"" + detail::printable(line) + "\"");
+    return out;
+  }
+  /// The five header lines, in order.
+  void header(checkpoint_manifest& m) {
+    static constexpr const char* order[] = {"xshard-checkpoint", "version", "step", "mesh", "devices"};
+    for (int k = 0; k < 5; ++k) {
+      std::string_view rest;
+      const std::string_view line = need_line(std::string("missing \"") + order[k] + "\"");
+      if (!field(line, order[k], rest))
+        throw fail(std::string("expected \"") + order[k] + " ...\", found \"" + printable(line) + "\"");
+      header_field(k, rest, m);
+    }
+  }
+  void header_field(int k, std::string_view rest, checkpoint_manifest& m) const {
     switch (k) {
       case 0:
-        if (!detail::parse_int(rest, 0, 1000000, m.format)) throw fail("bad format number");
+        if (!parse_int(rest, 0, 1000000, m.format)) throw fail("bad format number");
         if (m.format != checkpoint_format)
           throw fail("format " + std::to_string(m.format) + " (this library reads format " +
                      std::to_string(checkpoint_format) + ")");
@@ -276,7 +308,7 @@ inline checkpoint_manifest parse_manifest(std::string_view text, std::string_vie
         m.version = std::string(rest);
         break;
       case 2:
-        if (!detail::parse_int(rest, 0, std::int64_t{1} << 62, m.step)) throw fail("bad step");
+        if (!parse_int(rest, 0, std::int64_t{1} << 62, m.step)) throw fail("bad step");
         break;
       case 3:
         if (rest.size() > 256) throw fail("mesh text too long");
@@ -284,47 +316,14 @@ inline checkpoint_manifest parse_manifest(std::string_view text, std::string_vie
           if (c < 32 || c >= 127) throw fail("mesh text has a control character");
         m.mesh = std::string(rest);
         break;
-      case 4: {
-        std::size_t p = 0;
-        while (p < rest.size()) {
-          std::size_t e = rest.find(',', p);
-          if (e == std::string_view::npos) e = rest.size();
-          std::int64_t id = 0;
-          if (!detail::parse_int(rest.substr(p, e - p), 0, 1 << 20, id)) throw fail("bad device id");
-          if (m.devices.size() >= (1u << 20)) throw fail("too many devices");
+      default:
+        for (const std::int64_t id : int_list(rest, 1 << 20, std::size_t{1} << 20, "bad device id", "too many devices"))
           m.devices.push_back(static_cast<int>(id));
-          p = e + 1;
-          if (e == rest.size()) break;
-          if (p == rest.size()) throw fail("bad device id");
-        }
         break;
-      }
     }
   }
-  std::size_t crc_start = 0;
-  while (true) {
-    crc_start = pos;
-    if (!next_line(line)) {
-      ++line_no;
-      throw fail("no crc32 line (the manifest is cut short)");
-    }
-    if (field(line, "crc32", rest)) {
-      if (rest.size() != 8) throw fail("bad crc32");
-      std::uint32_t want = 0;
-      for (char c : rest) {
-        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (v < 0) throw fail("bad crc32");
-        want = want << 4 | static_cast<std::uint32_t>(v);
-      }
-      const std::uint32_t got = detail::crc32(text.substr(0, crc_start));
-      if (got != want)
-        throw fail("crc32 " + detail::hex32(got) + " of the manifest differs from the recorded " + detail::hex32(want) +
-                   " (the file is corrupt)");
-      if (pos != text.size()) throw fail("text after the crc32 line");
-      ended = true;
-      break;
-    }
-    if (!field(line, "tensor", rest)) throw fail("expected \"tensor ...\" or \"crc32 ...\"");
+  /// "name dtype [extents] spec".
+  manifest_tensor tensor_line(std::string_view rest) const {
     manifest_tensor t;
     const std::size_t sp1 = rest.find(' ');
     if (sp1 == std::string_view::npos) throw fail("a tensor line needs a name, a dtype, a shape and a spec");
@@ -333,35 +332,66 @@ inline checkpoint_manifest parse_manifest(std::string_view text, std::string_vie
     const std::size_t sp2 = rest.find(' ');
     if (sp2 == std::string_view::npos) throw fail("a tensor line needs a name, a dtype, a shape and a spec");
     if (!parse_dtype(rest.substr(0, sp2), t.type))
-      throw fail("unknown dtype \"" + detail::printable(rest.substr(0, sp2)) + "\"");
+      throw fail("unknown dtype \"" + printable(rest.substr(0, sp2)) + "\"");
     rest.remove_prefix(sp2 + 1);
     if (rest.empty() || rest[0] != '[') throw fail("expected a shape \"[...]\"");
     const std::size_t close = rest.find(']');
     if (close == std::string_view::npos) throw fail("expected a shape \"[...]\"");
-    const std::string_view dims = rest.substr(1, close - 1);
-    std::size_t p = 0;
-    while (p < dims.size()) {
-      std::size_t e = dims.find(',', p);
-      if (e == std::string_view::npos) e = dims.size();
-      std::int64_t v = 0;
-      if (!detail::parse_int(dims.substr(p, e - p), 0, max_checkpoint_extent, v)) throw fail("bad extent");
-      if (t.shape.size() >= max_checkpoint_rank) throw fail("rank above " + std::to_string(max_checkpoint_rank));
-      t.shape.push_back(v);
-      p = e + 1;
-      if (e == dims.size()) break;
-      if (p == dims.size()) throw fail("bad extent");
-    }
+    t.shape = int_list(rest.substr(1, close - 1), max_checkpoint_extent, max_checkpoint_rank, "bad extent",
+                       "rank above " + std::to_string(max_checkpoint_rank));
     rest.remove_prefix(close + 1);
     if (rest.empty() || rest[0] != ' ') throw fail("expected a spec after the shape");
     t.spec = std::string(rest.substr(1));
     for (char c : t.spec)
       if (c < 32 || c >= 127) throw fail("spec has a control character");
     if (std::string problem = tensor_entry_problem(t); !problem.empty()) throw fail(problem);
-    if (m.find(t.name)) throw fail("tensor \"" + t.name + "\" is listed twice");
+    return t;
+  }
+  /// The crc32 line (hex of the text before it), which must end the text.
+  void crc_line(std::string_view rest, std::size_t crc_start) const {
+    if (rest.size() != 8) throw fail("bad crc32");
+    std::uint32_t want = 0;
+    for (char c : rest) {
+      int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (v < 0) throw fail("bad crc32");
+      want = want << 4 | static_cast<std::uint32_t>(v);
+    }
+    const std::uint32_t got = crc32(text_.substr(0, crc_start));
+    if (got != want)
+      throw fail("crc32 " + hex32(got) + " of the manifest differs from the recorded " + hex32(want) +
+                 " (the file is corrupt)");
+    if (pos_ != text_.size()) throw fail("text after the crc32 line");
+  }
+  std::size_t pos() const { return pos_; }
+
+ private:
+  std::string_view text_;
+  std::string head_;
+  std::size_t pos_ = 0;
+  std::size_t line_no_ = 0;
+};
+
+}  // namespace detail
+
+/// Parses and checks a manifest; `where` names the file in messages.
+inline checkpoint_manifest parse_manifest(std::string_view text, std::string_view where = "checkpoint") {
+  detail::manifest_reader r(text, where);
+  checkpoint_manifest m;
+  m.version.clear();
+  r.header(m);
+  while (true) {
+    const std::size_t crc_start = r.pos();
+    const std::string_view line = r.need_line("no crc32 line");
+    std::string_view rest;
+    if (detail::manifest_reader::field(line, "crc32", rest)) {
+      r.crc_line(rest, crc_start);
+      return m;
+    }
+    if (!detail::manifest_reader::field(line, "tensor", rest)) throw r.fail("expected \"tensor ...\" or \"crc32 ...\"");
+    manifest_tensor t = r.tensor_line(rest);
+    if (m.find(t.name)) throw r.fail("tensor \"" + t.name + "\" is listed twice");
     m.tensors.push_back(std::move(t));
   }
-  (void)ended;
-  return m;
 }
 
 }  // namespace xshard
