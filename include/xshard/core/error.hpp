@@ -6,6 +6,12 @@
 // compile error by instantiating a diagnostic template (see
 // core/diagnostics.hpp) whose arguments name the offender. The words are the
 // same in both: they come from the same diagnostic.
+//
+// The codes are one list, core/errors.def: each row gives the enumerator, its
+// compile-time template and fields, and its summary. `errc`, `error_summary`
+// and the dispatch of `describe_text` are generated from it here; the
+// templates and `raise<D>()` in core/diagnostics.hpp. A new code is one row
+// there, its sentence in `detail::error_text` below, and its compile-fail test.
 #pragma once
 
 #include <cstdint>
