@@ -6,6 +6,12 @@
 // compile error by instantiating a diagnostic template (see
 // core/diagnostics.hpp) whose arguments name the offender. The words are the
 // same in both: they come from the same diagnostic.
+//
+// The codes are one list, core/errors.def: each row gives the enumerator, its
+// compile-time template and fields, and its summary. `errc`, `error_summary`
+// and the dispatch of `describe_text` are generated from it here; the
+// templates and `raise<D>()` in core/diagnostics.hpp. A new code is one row
+// there, its sentence in `detail::error_text` below, and its compile-fail test.
 #pragma once
 
 #include <cstdint>
@@ -25,53 +31,12 @@ class error : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-/// What went wrong. Grouped by the text or object being checked.
+/// What went wrong: `ok`, then one enumerator per row of core/errors.def
+/// (the list of codes, with their compile-time names and fields), in its order.
 enum class errc : std::uint8_t {
   ok = 0,
-  // mesh text and mesh values
-  mesh_syntax,             // column, ch
-  mesh_empty,              //
-  axis_name_too_long,      // name
-  bad_axis_name,           // name
-  axis_names_mismatch,     // a = names, b = axes
-  too_many_axes,           // a = count, b = capacity
-  bad_axis_size,           // name, a = size
-  duplicate_axis_name,     // name
-  device_count_mismatch,   // a = devices given, b = product of axis sizes
-  duplicate_device_id,     // a = id
-  device_id_out_of_range,  // a = id, b = mesh size
-  // partition spec text and its resolution against a mesh
-  spec_syntax,              // column, ch
-  nested_tuple,             // column
-  empty_tuple,              // column
-  spec_too_long,            // a = entries, b = capacity
-  unknown_axis_name,        // name, detail = the mesh's axis names
-  axis_index_out_of_range,  // a = index, b = mesh rank
-  axis_used_twice,          // name (or the index as text)
-  spec_rank_mismatch,       // a = spec rank, b = tensor rank
-  uneven_shard,             // a = dim, b = extent, column = tiles
-  bad_extent,               // a = dim, b = extent
-  // HLO sharding text
-  hlo_syntax,   // column, ch
-  hlo_invalid,  // detail
-  // Shardy (sdy dialect) text
-  sdy_syntax,       // column, ch
-  sdy_unsupported,  // column, ch, detail = the construct
-  sdy_invalid,      // column, detail
-  // hybrid meshes and topology
-  topology,  // detail
-  // einsum equations and operands
-  einsum_syntax,           // column, ch
-  einsum_ellipsis,         // column ('.' not part of "...")
-  einsum_two_ellipses,     // column
-  einsum_output_unknown,   // column, ch (output letter in no input)
-  einsum_output_twice,     // column, ch
-  einsum_output_ellipsis,  // column (ellipsis in output but in no input)
-  einsum_too_many,         // a = count, b = capacity
-  einsum_operand_count,    // a = subscripts, b = operands
-  einsum_rank,             // column = operand, a = subscript rank, b = tensor rank
-  einsum_extent,           // ch = letter (or '.'), a = one extent, b = the other
-  einsum_diagonal,         // column = operand, ch = letter, a, b = the two extents
+#define XSHARD_ERROR(code, ...) code,
+#include "errors.def"
 };
 
 /// The result of a check: `ok()` or what is wrong and where.
@@ -104,171 +69,205 @@ constexpr void append_char(text_builder& t, char c) {
 }
 }  // namespace detail
 
+/// The row's summary of a code (core/errors.def): the static_assert text
+/// after "xshard: ", and the head of the run-time sentence where it can be.
+constexpr std::string_view error_summary(errc code) {
+  switch (code) {
+    case errc::ok:
+      return "no error";
+#define XSHARD_ERROR(code, name, parameters, arguments, summary) \
+  case errc::code:                                               \
+    return summary;
+#include "errors.def"
+  }
+  return {};
+}
+
+namespace detail {
+/// ` in "subject"`, when there is a subject.
+constexpr void put_subject(text_builder& t, std::string_view subject) {
+  if (!subject.empty()) t << " in \"" << subject << '"';
+}
+
+/// The run-time sentence of each code, one function per row of
+/// core/errors.def, named after the code: `describe_text` calls
+/// `error_text::<code>(t, d, subject)` for every row. `subject` is the text
+/// that was being read, quoted with put_subject.
+namespace error_text {
+// mesh text and mesh values
+constexpr void mesh_syntax(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << error_summary(errc::mesh_syntax) << ": unexpected ";
+  append_char(t, d.ch);
+  t << " at column " << d.column;
+  put_subject(t, subject);
+  t << " (expected \"name=size, ...\")";
+}
+constexpr void mesh_empty(text_builder& t, const diagnostic&, std::string_view) {
+  t << error_summary(errc::mesh_empty);
+}
+constexpr void axis_name_too_long(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "axis name '" << d.name.view() << "' is longer than " << static_cast<int>(d.name.capacity()) << " characters";
+}
+constexpr void bad_axis_name(text_builder& t, const diagnostic& d, std::string_view) {
+  t << error_summary(errc::bad_axis_name) << " '" << d.name.view()
+    << "' (a letter or '_' then letters, digits or '_'; not None)";
+}
+constexpr void axis_names_mismatch(text_builder& t, const diagnostic& d, std::string_view) {
+  t << d.a << " axis names given for " << d.b << " mesh axes";
+}
+constexpr void too_many_axes(text_builder& t, const diagnostic& d, std::string_view) {
+  t << error_summary(errc::too_many_axes) << ": " << d.a << " (at most " << d.b << ")";
+}
+constexpr void bad_axis_size(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "mesh axis '" << d.name.view() << "' has size " << d.a << "; sizes must be >= 1";
+}
+constexpr void duplicate_axis_name(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "duplicate axis name '" << d.name.view() << "' in mesh";
+}
+constexpr void device_count_mismatch(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "device count " << d.a << " does not equal the product of the axis sizes " << d.b;
+}
+constexpr void duplicate_device_id(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "duplicate device id " << d.a << " in mesh";
+}
+constexpr void device_id_out_of_range(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "device id " << d.a << " is out of range for a mesh of " << d.b << " devices";
+}
+// partition spec text and its resolution against a mesh
+constexpr void spec_syntax(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << error_summary(errc::spec_syntax) << ": unexpected ";
+  append_char(t, d.ch);
+  t << " at column " << d.column;
+  put_subject(t, subject);
+  t << " (entries are an axis name, an axis index, a tuple (a, b) or None)";
+}
+constexpr void nested_tuple(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << error_summary(errc::nested_tuple) << " (column " << d.column << ")";
+  put_subject(t, subject);
+}
+constexpr void empty_tuple(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << error_summary(errc::empty_tuple) << " (column " << d.column << ")";
+  put_subject(t, subject);
+}
+constexpr void spec_too_long(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "partition spec has " << d.a << " entries (at most " << d.b << ")";
+}
+constexpr void unknown_axis_name(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "unknown axis name '" << d.name.view() << "' in partition spec; the mesh's axes are " << d.detail.view();
+}
+constexpr void axis_index_out_of_range(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "axis index " << d.a << " in partition spec is out of range for a mesh of " << d.b << " axes";
+}
+constexpr void axis_used_twice(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "mesh axis '" << d.name.view() << "' appears more than once in partition spec";
+}
+constexpr void spec_rank_mismatch(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "partition spec length (" << d.a << ") does not equal the tensor rank (" << d.b << ")";
+}
+constexpr void uneven_shard(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "dim " << d.a << " of extent " << d.b << " does not divide evenly into " << d.column << " shards";
+}
+constexpr void bad_extent(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "dim " << d.a << " has extent " << d.b << "; extents must be >= 0";
+}
+// HLO sharding text
+constexpr void hlo_syntax(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << error_summary(errc::hlo_syntax) << ": unexpected ";
+  append_char(t, d.ch);
+  t << " at column " << d.column;
+  put_subject(t, subject);
+}
+constexpr void hlo_invalid(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << error_summary(errc::hlo_invalid) << ": " << d.detail.view();
+  put_subject(t, subject);
+}
+// Shardy (sdy dialect) text
+constexpr void sdy_syntax(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << error_summary(errc::sdy_syntax) << ": unexpected ";
+  append_char(t, d.ch);
+  t << " at column " << d.column;
+  put_subject(t, subject);
+  t << " (expected sdy.mesh @name = <[\"a\"=2, ...]> lines, then #sdy.sharding<@name, [{\"a\"}, {}]>)";
+}
+constexpr void sdy_unsupported(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << error_summary(errc::sdy_unsupported) << ", " << d.detail.view() << ": ";
+  append_char(t, d.ch);
+  t << " at column " << d.column;
+  put_subject(t, subject);
+}
+constexpr void sdy_invalid(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << error_summary(errc::sdy_invalid) << " at column " << d.column << ": " << d.detail.view();
+  put_subject(t, subject);
+}
+// hybrid meshes and topology: the sentence is the detail
+constexpr void topology(text_builder& t, const diagnostic& d, std::string_view) { t << d.detail.view(); }
+// einsum equations and operands
+constexpr void einsum_syntax(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << error_summary(errc::einsum_syntax) << ": unexpected ";
+  append_char(t, d.ch);
+  t << " at column " << d.column;
+  put_subject(t, subject);
+  t << " (letters a-z A-Z, '...', ',' and '->')";
+}
+constexpr void einsum_ellipsis(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << "einsum: '.' at column " << d.column << " is not part of an ellipsis '...'";
+  put_subject(t, subject);
+}
+constexpr void einsum_two_ellipses(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << "einsum: a second ellipsis in one term at column " << d.column;
+  put_subject(t, subject);
+}
+constexpr void einsum_output_unknown(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << "einsum: output subscript '" << d.ch << "' at column " << d.column << " appears in no input";
+  put_subject(t, subject);
+}
+constexpr void einsum_output_twice(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << "einsum: output subscript '" << d.ch << "' at column " << d.column << " appears more than once";
+  put_subject(t, subject);
+}
+constexpr void einsum_output_ellipsis(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << "einsum: ellipsis in the output at column " << d.column << " but in no input";
+  put_subject(t, subject);
+}
+constexpr void einsum_too_many(text_builder& t, const diagnostic& d, std::string_view) {
+  t << "einsum: " << d.a << " terms or subscripts (at most " << d.b << ")";
+}
+constexpr void einsum_operand_count(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << "einsum: the equation has " << d.a << " input subscripts but " << d.b << " operands were given";
+  put_subject(t, subject);
+}
+constexpr void einsum_rank(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << "einsum: operand " << d.column << " has rank " << d.b << " but its subscripts name " << d.a << " dims";
+  put_subject(t, subject);
+}
+constexpr void einsum_extent(text_builder& t, const diagnostic& d, std::string_view subject) {
+  if (d.ch == '.')
+    t << "einsum: ellipsis dims do not broadcast: extents " << d.a << " and " << d.b;
+  else
+    t << "einsum: subscript '" << d.ch << "' has extents " << d.a << " and " << d.b << " (they must match or be 1)";
+  put_subject(t, subject);
+}
+constexpr void einsum_diagonal(text_builder& t, const diagnostic& d, std::string_view subject) {
+  t << "einsum: subscript '" << d.ch << "' is repeated in operand " << d.column << " with different extents " << d.a
+    << " and " << d.b;
+  put_subject(t, subject);
+}
+}  // namespace error_text
+}  // namespace detail
+
 /// The human-readable sentence for a diagnostic. `subject` is the text that
 /// was being read (a mesh, a spec, an HLO string), quoted in the message.
 constexpr text_builder describe_text(const diagnostic& d, std::string_view subject = {}) {
   text_builder t;
-  auto quoted = [&] {
-    if (!subject.empty()) t << " in \"" << subject << '"';
-  };
   switch (d.code) {
     case errc::ok:
-      t << "no error";
+      t << error_summary(errc::ok);
       break;
-    case errc::mesh_syntax:
-      t << "malformed mesh text: unexpected ";
-      detail::append_char(t, d.ch);
-      t << " at column " << d.column;
-      quoted();
-      t << " (expected \"name=size, ...\")";
-      break;
-    case errc::mesh_empty:
-      t << "a mesh needs at least one axis";
-      break;
-    case errc::axis_name_too_long:
-      t << "axis name '" << d.name.view() << "' is longer than " << static_cast<int>(d.name.capacity())
-        << " characters";
-      break;
-    case errc::bad_axis_name:
-      t << "invalid axis name '" << d.name.view() << "' (a letter or '_' then letters, digits or '_'; not None)";
-      break;
-    case errc::axis_names_mismatch:
-      t << d.a << " axis names given for " << d.b << " mesh axes";
-      break;
-    case errc::too_many_axes:
-      t << "too many mesh axes: " << d.a << " (at most " << d.b << ")";
-      break;
-    case errc::bad_axis_size:
-      t << "mesh axis '" << d.name.view() << "' has size " << d.a << "; sizes must be >= 1";
-      break;
-    case errc::duplicate_axis_name:
-      t << "duplicate axis name '" << d.name.view() << "' in mesh";
-      break;
-    case errc::device_count_mismatch:
-      t << "device count " << d.a << " does not equal the product of the axis sizes " << d.b;
-      break;
-    case errc::duplicate_device_id:
-      t << "duplicate device id " << d.a << " in mesh";
-      break;
-    case errc::device_id_out_of_range:
-      t << "device id " << d.a << " is out of range for a mesh of " << d.b << " devices";
-      break;
-    case errc::spec_syntax:
-      t << "malformed partition spec: unexpected ";
-      detail::append_char(t, d.ch);
-      t << " at column " << d.column;
-      quoted();
-      t << " (entries are an axis name, an axis index, a tuple (a, b) or None)";
-      break;
-    case errc::nested_tuple:
-      t << "partition spec cannot contain nested tuples (column " << d.column << ")";
-      quoted();
-      break;
-    case errc::empty_tuple:
-      t << "empty tuple in partition spec (column " << d.column << ")";
-      quoted();
-      break;
-    case errc::spec_too_long:
-      t << "partition spec has " << d.a << " entries (at most " << d.b << ")";
-      break;
-    case errc::unknown_axis_name:
-      t << "unknown axis name '" << d.name.view() << "' in partition spec; the mesh's axes are " << d.detail.view();
-      break;
-    case errc::axis_index_out_of_range:
-      t << "axis index " << d.a << " in partition spec is out of range for a mesh of " << d.b << " axes";
-      break;
-    case errc::axis_used_twice:
-      t << "mesh axis '" << d.name.view() << "' appears more than once in partition spec";
-      break;
-    case errc::spec_rank_mismatch:
-      t << "partition spec length (" << d.a << ") does not equal the tensor rank (" << d.b << ")";
-      break;
-    case errc::uneven_shard:
-      t << "dim " << d.a << " of extent " << d.b << " does not divide evenly into " << d.column << " shards";
-      break;
-    case errc::bad_extent:
-      t << "dim " << d.a << " has extent " << d.b << "; extents must be >= 0";
-      break;
-    case errc::hlo_syntax:
-      t << "malformed HLO sharding: unexpected ";
-      detail::append_char(t, d.ch);
-      t << " at column " << d.column;
-      quoted();
-      break;
-    case errc::hlo_invalid:
-      t << "invalid HLO sharding: " << d.detail.view();
-      quoted();
-      break;
-    case errc::sdy_syntax:
-      t << "malformed Shardy text: unexpected ";
-      detail::append_char(t, d.ch);
-      t << " at column " << d.column;
-      quoted();
-      t << " (expected sdy.mesh @name = <[\"a\"=2, ...]> lines, then #sdy.sharding<@name, [{\"a\"}, {}]>)";
-      break;
-    case errc::sdy_unsupported:
-      t << "unsupported Shardy construct, " << d.detail.view() << ": ";
-      detail::append_char(t, d.ch);
-      t << " at column " << d.column;
-      quoted();
-      break;
-    case errc::sdy_invalid:
-      t << "invalid Shardy text at column " << d.column << ": " << d.detail.view();
-      quoted();
-      break;
-    case errc::topology:
-      t << d.detail.view();
-      break;
-    case errc::einsum_syntax:
-      t << "malformed einsum equation: unexpected ";
-      detail::append_char(t, d.ch);
-      t << " at column " << d.column;
-      quoted();
-      t << " (letters a-z A-Z, '...', ',' and '->')";
-      break;
-    case errc::einsum_ellipsis:
-      t << "einsum: '.' at column " << d.column << " is not part of an ellipsis '...'";
-      quoted();
-      break;
-    case errc::einsum_two_ellipses:
-      t << "einsum: a second ellipsis in one term at column " << d.column;
-      quoted();
-      break;
-    case errc::einsum_output_unknown:
-      t << "einsum: output subscript '" << d.ch << "' at column " << d.column << " appears in no input";
-      quoted();
-      break;
-    case errc::einsum_output_twice:
-      t << "einsum: output subscript '" << d.ch << "' at column " << d.column << " appears more than once";
-      quoted();
-      break;
-    case errc::einsum_output_ellipsis:
-      t << "einsum: ellipsis in the output at column " << d.column << " but in no input";
-      quoted();
-      break;
-    case errc::einsum_too_many:
-      t << "einsum: " << d.a << " terms or subscripts (at most " << d.b << ")";
-      break;
-    case errc::einsum_operand_count:
-      t << "einsum: the equation has " << d.a << " input subscripts but " << d.b << " operands were given";
-      quoted();
-      break;
-    case errc::einsum_rank:
-      t << "einsum: operand " << d.column << " has rank " << d.b << " but its subscripts name " << d.a << " dims";
-      quoted();
-      break;
-    case errc::einsum_extent:
-      if (d.ch == '.')
-        t << "einsum: ellipsis dims do not broadcast: extents " << d.a << " and " << d.b;
-      else
-        t << "einsum: subscript '" << d.ch << "' has extents " << d.a << " and " << d.b << " (they must match or be 1)";
-      quoted();
-      break;
-    case errc::einsum_diagonal:
-      t << "einsum: subscript '" << d.ch << "' is repeated in operand " << d.column << " with different extents " << d.a
-        << " and " << d.b;
-      quoted();
-      break;
+#define XSHARD_ERROR(code, ...)              \
+  case errc::code:                           \
+    detail::error_text::code(t, d, subject); \
+    break;
+#include "errors.def"
   }
   return t;
 }
