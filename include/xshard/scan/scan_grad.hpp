@@ -310,42 +310,23 @@ auto scan(const S& step, const typename S::params& params, typename S::carry ini
       std::move(init), xs, options);
 }
 
-/// Gradients of sum(g_final_carry * final) + sum(g_ys * ys) for
-/// (final, ys) = scan(step, params, init, xs, options) (see the header
-/// comment). g_final_carry: a carry or xshard::none; g_ys: scan_ys_t<S> or
-/// xshard::none.
-template <scan_step S, class Xs, class GCarry, class GYs>
-scan_grads<S> scan_vjp(const S& step, const typename S::params& params, typename S::carry init, const Xs& xs,
-                       const GCarry& g_final_carry, const GYs& g_ys, scan_options options = {},
-                       remat policy = remat::save_all) {
-  detail::check_step_x<S, Xs>();
+namespace detail {
+
+/// scan_vjp's forward: the lambda scan, keeping in `saved` per step what the
+/// policy `run` asks for (in the order the steps ran).
+template <scan_step S, class Xs>
+auto scan_forward_saving(const S& step, const typename S::params& params, typename S::carry init, const Xs& xs,
+                         const scan_options& options, remat run, std::vector<scan_step_saved<S>>& saved) {
   using C = typename S::carry;
   using X = typename S::x;
   using Y = typename S::y;
-  static_assert(std::is_same_v<GCarry, C> || std::is_same_v<GCarry, none_t>,
-                "xshard::scan_vjp: g_final_carry must be of the step's carry type, or xshard::none");
-  static_assert(std::is_same_v<GYs, scan_ys_t<S>> || std::is_same_v<GYs, none_t>,
-                "xshard::scan_vjp: g_ys must be of the type scan returns as ys (xshard::scan_ys_t<S>: y stacked on "
-                "a leading dim), or xshard::none");
-
-  const detail::scan_shape_list carry_shapes = detail::scan_shapes_of(init),
-                                param_shapes = detail::scan_shapes_of(params);
-  if constexpr (!std::is_same_v<GCarry, none_t>) {
-    detail::check_scan_vjp_argument_shapes(detail::scan_shapes_of(g_final_carry), carry_shapes, "g_final_carry",
-                                           "carry");
-  }
-
-  // Forward: the lambda scan, keeping per step what the policy asks for (in
-  // the order the steps ran).
-  const remat run = effective_scan_policy<S>(policy);
-  std::vector<detail::scan_step_saved<S>> saved;
-  if (const auto length = detail::leading_extent(xs))
+  if (const auto length = leading_extent(xs))
     saved.reserve(*length);
   else if (options.length)
     saved.reserve(*options.length);
-  auto forward = scan(
+  return ::xshard::scan(
       [&](const C& c, const X& x_t) -> std::pair<C, Y> {
-        detail::scan_step_saved<S>& s = saved.emplace_back();
+        scan_step_saved<S>& s = saved.emplace_back();
         switch (run) {
           case remat::save_all: {
             auto [next, y, r] = step.forward(params, c, x_t);
@@ -369,19 +350,66 @@ scan_grads<S> scan_vjp(const S& step, const typename S::params& params, typename
         throw error("xshard: scan_vjp: unknown remat policy");
       },
       std::move(init), xs, options);
+}
+
+/// Step t's residuals: saved, restored from its saved dots, or recomputed
+/// from its saved carry.
+template <scan_step S, class Xs>
+typename S::residuals step_residuals(const S& step, const typename S::params& params, scan_step_saved<S>& s,
+                                     const Xs& xs, std::size_t t) {
+  using X = typename S::x;
+  if (s.residuals) return std::move(*s.residuals);
+  if constexpr (dots_saving_scan_step<S>)
+    if (s.dots) return step.restore(params, *s.carry, X(slice_step(xs, t)), *s.dots);
+  return std::get<2>(step.forward(params, *s.carry, X(slice_step(xs, t))));
+}
+
+/// g_ys has the scan's length n and, when the scan ran, the ys' shapes.
+template <class GYs, class Ys>
+void check_g_ys(const GYs& g_ys, const Ys& ys, std::size_t n) {
+  const scan_shape_list got = scan_shapes_of(g_ys);
+  for (const auto& s : got)
+    if (s.empty() || s[0] != n)
+      throw error("xshard: scan_vjp: g_ys has length " + std::to_string(s.empty() ? 0 : s[0]) + ", the scan " +
+                  std::to_string(n));
+  // A length-0 scan's ys are default-constructed: only the length is known.
+  if (n > 0) check_scan_vjp_argument_shapes(got, scan_shapes_of(ys), "g_ys", "ys");
+}
+
+}  // namespace detail
+
+/// Gradients of sum(g_final_carry * final) + sum(g_ys * ys) for
+/// (final, ys) = scan(step, params, init, xs, options) (see the header
+/// comment). g_final_carry: a carry or xshard::none; g_ys: scan_ys_t<S> or
+/// xshard::none.
+template <scan_step S, class Xs, class GCarry, class GYs>
+scan_grads<S> scan_vjp(const S& step, const typename S::params& params, typename S::carry init, const Xs& xs,
+                       const GCarry& g_final_carry, const GYs& g_ys, scan_options options = {},
+                       remat policy = remat::save_all) {
+  detail::check_step_x<S, Xs>();
+  using C = typename S::carry;
+  using Y = typename S::y;
+  static_assert(std::is_same_v<GCarry, C> || std::is_same_v<GCarry, none_t>,
+                "xshard::scan_vjp: g_final_carry must be of the step's carry type, or xshard::none");
+  static_assert(std::is_same_v<GYs, scan_ys_t<S>> || std::is_same_v<GYs, none_t>,
+                "xshard::scan_vjp: g_ys must be of the type scan returns as ys (xshard::scan_ys_t<S>: y stacked on "
+                "a leading dim), or xshard::none");
+
+  const detail::scan_shape_list carry_shapes = detail::scan_shapes_of(init),
+                                param_shapes = detail::scan_shapes_of(params);
+  if constexpr (!std::is_same_v<GCarry, none_t>) {
+    detail::check_scan_vjp_argument_shapes(detail::scan_shapes_of(g_final_carry), carry_shapes, "g_final_carry",
+                                           "carry");
+  }
+
+  std::vector<detail::scan_step_saved<S>> saved;
+  auto forward =
+      detail::scan_forward_saving(step, params, std::move(init), xs, options, effective_scan_policy<S>(policy), saved);
   const C& final_carry = forward.first;  // not structured bindings: Clang 14 cannot capture those
   const scan_ys_t<S>& ys = forward.second;
   const std::size_t n = saved.size();
 
-  if constexpr (!std::is_same_v<GYs, none_t>) {
-    const detail::scan_shape_list got = detail::scan_shapes_of(g_ys);
-    for (const auto& s : got)
-      if (s.empty() || s[0] != n)
-        throw error("xshard: scan_vjp: g_ys has length " + std::to_string(s.empty() ? 0 : s[0]) + ", the scan " +
-                    std::to_string(n));
-    // A length-0 scan's ys are default-constructed: only the length is known.
-    if (n > 0) detail::check_scan_vjp_argument_shapes(got, detail::scan_shapes_of(ys), "g_ys", "ys");
-  }
+  if constexpr (!std::is_same_v<GYs, none_t>) detail::check_g_ys(g_ys, ys, n);
   // A zero y gradient when g_ys is none (y's shapes from the forward).
   std::optional<Y> zero_y;
   if constexpr (std::is_same_v<GYs, none_t> && !std::is_same_v<Y, none_t>)
@@ -401,13 +429,7 @@ scan_grads<S> scan_vjp(const S& step, const typename S::params& params, typename
   for (std::size_t i = n; i-- > 0;) {
     const std::size_t t = options.reverse ? n - 1 - i : i;
     const trace_me scope("scan/backward", {{"t", t}});
-    detail::scan_step_saved<S>& s = saved[i];
-    const typename S::residuals r = [&]() -> typename S::residuals {
-      if (s.residuals) return std::move(*s.residuals);
-      if constexpr (dots_saving_scan_step<S>)
-        if (s.dots) return step.restore(params, *s.carry, X(detail::slice_step(xs, t)), *s.dots);
-      return std::get<2>(step.forward(params, *s.carry, X(detail::slice_step(xs, t))));
-    }();
+    const typename S::residuals r = detail::step_residuals(step, params, saved[i], xs, t);
     saved.pop_back();  // free as we go (i is the last element)
     auto grads = [&] {
       if constexpr (std::is_same_v<Y, none_t>)

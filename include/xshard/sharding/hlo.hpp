@@ -219,125 +219,145 @@ constexpr diagnostic hlo_invalid(std::string_view why) {
 }
 }  // namespace detail
 
+namespace detail {
+
+/// How a part of HLO sharding text read: fine, a syntax error at the
+/// cursor, or invalid text (the diagnostic set).
+enum class hlo_read { ok, syntax, invalid };
+
+constexpr hlo_read reject_hlo(diagnostic& d, std::string_view why) {
+  d = hlo_invalid(why);
+  return hlo_read::invalid;
+}
+
+/// "[reshape dims] T(perm)" after "<=": the iota device list of `count`
+/// devices, reshaped and transposed (the transpose optional).
+constexpr hlo_read read_iota_devices(cursor& c, std::int64_t count, xla_sharding& s, diagnostic& d) {
+  c.skip_space();
+  if (!c.eat('[')) return hlo_read::syntax;
+  static_vector<std::int64_t, max_array_rank> reshape;
+  if (!read_int_list(c, ']', reshape)) return hlo_read::syntax;
+  std::int64_t n = 1;
+  // Stops multiplying once past max_mesh_devices (each d is at most that),
+  // so the product never overflows; a product that large never matches.
+  for (std::int64_t r : reshape) n = n > max_mesh_devices ? n : n * r;
+  if (n != count) return reject_hlo(d, "iota reshape dims do not multiply to the tile size");
+  static_vector<std::int64_t, max_array_rank> perm;
+  c.skip_space();
+  if (c.eat('T')) {
+    c.skip_space();
+    if (!c.eat('(')) return hlo_read::syntax;
+    if (!read_int_list(c, ')', perm)) return hlo_read::syntax;
+    bool seen[max_array_rank]{};
+    bool ok = perm.size() == reshape.size();
+    for (std::int64_t p : perm) {
+      ok = ok && p < static_cast<std::int64_t>(reshape.size()) && !seen[p];
+      if (ok) seen[p] = true;
+    }
+    if (!ok) return reject_hlo(d, "transpose is not a permutation of the iota dims");
+  } else {
+    for (std::size_t i = 0; i < reshape.size(); ++i) perm.push_back(static_cast<std::int64_t>(i));
+  }
+  int_array iota;
+  iota.shape = reshape;
+  iota.values.assign(static_cast<std::size_t>(count), 0);
+  for (std::size_t i = 0; i < iota.values.size(); ++i) iota.values[i] = static_cast<int>(i);
+  static_vector<int, max_array_rank> p32;
+  for (std::int64_t p : perm) p32.push_back(static_cast<int>(p));
+  s.devices = transpose(iota, std::span<const int>(p32.begin(), p32.end())).values;
+  return hlo_read::ok;
+}
+
+/// "d0,d1,...": exactly `count` distinct device ids.
+constexpr hlo_read read_device_list(cursor& c, std::int64_t count, xla_sharding& s, diagnostic& d) {
+  while (true) {
+    c.skip_space();
+    std::int64_t id = 0;
+    if (!c.integer(id, max_mesh_devices)) return hlo_read::syntax;
+    if (static_cast<std::int64_t>(s.devices.size()) == count)
+      return reject_hlo(d, "more devices than the tile dims hold");
+    s.devices.push_back(static_cast<int>(id));
+    c.skip_space();
+    if (!c.eat(',')) break;
+  }
+  if (static_cast<std::int64_t>(s.devices.size()) != count)
+    return reject_hlo(d, "fewer devices than the tile dims hold");
+  std::vector<int> sorted = s.devices;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return reject_hlo(d, "a device appears twice");
+  return hlo_read::ok;
+}
+
+/// "=[tile dims]" then the devices (an iota "<=..." or a list), then an
+/// optional last_tile_dim_replicate: the text after "devices".
+constexpr hlo_read read_tiled(cursor& c, xla_sharding& s, diagnostic& d) {
+  s.type = xla_sharding::kind::tiled;
+  c.skip_space();
+  if (!c.eat('=')) return hlo_read::syntax;
+  c.skip_space();
+  if (!c.eat('[')) return hlo_read::syntax;
+  if (!read_int_list(c, ']', s.tile_dims)) return hlo_read::syntax;
+  std::int64_t count = 1;
+  for (std::int64_t t : s.tile_dims) {
+    count *= t;
+    if (count > max_mesh_devices) return reject_hlo(d, "too many devices");
+  }
+  if (count == 0) return reject_hlo(d, "a tile dim is 0");
+  c.skip_space();
+  const hlo_read r = c.eat("<=") ? read_iota_devices(c, count, s, d) : read_device_list(c, count, s, d);
+  if (r != hlo_read::ok) return r;
+  c.skip_space();
+  if (c.eat("last_tile_dim_replicate")) s.last_tile_dim_replicate = true;
+  return hlo_read::ok;
+}
+
+/// "device=N" after "maximal".
+constexpr hlo_read read_maximal(cursor& c, xla_sharding& s) {
+  s.type = xla_sharding::kind::maximal;
+  c.skip_space();
+  if (!c.eat("device")) return hlo_read::syntax;
+  c.skip_space();
+  if (!c.eat('=')) return hlo_read::syntax;
+  c.skip_space();
+  std::int64_t dev = 0;
+  if (!c.integer(dev, max_mesh_devices)) return hlo_read::syntax;
+  s.device = static_cast<int>(dev);
+  return hlo_read::ok;
+}
+
+}  // namespace detail
+
 /// Parses V1 and V2 text into XLA's normal form. Syntax errors name the
 /// column and character; inconsistent text (device count != tile product,
 /// repeated devices, a bad transpose) is hlo_invalid.
 constexpr checked<xla_sharding> parse_hlo(std::string_view text) {
   checked<xla_sharding> out;
   detail::cursor c{text};
-  auto fail = [&] {
-    out.diag = detail::syntax_error(errc::hlo_syntax, text, c.pos);
-    return out;
-  };
-  c.skip_space();
-  if (!c.eat('{')) return fail();
-  c.skip_space();
   xla_sharding& s = out.value;
-  if (c.eat("replicated")) {
-  } else if (c.eat("manual")) {
-    s.type = xla_sharding::kind::manual;
-  } else if (c.eat("maximal")) {
-    s.type = xla_sharding::kind::maximal;
+  const detail::hlo_read r = [&] {
+    using enum detail::hlo_read;
     c.skip_space();
-    if (!c.eat("device")) return fail();
+    if (!c.eat('{')) return syntax;
     c.skip_space();
-    if (!c.eat('=')) return fail();
-    c.skip_space();
-    std::int64_t dev = 0;
-    if (!c.integer(dev, max_mesh_devices)) return fail();
-    s.device = static_cast<int>(dev);
-  } else if (c.eat("devices")) {
-    s.type = xla_sharding::kind::tiled;
-    c.skip_space();
-    if (!c.eat('=')) return fail();
-    c.skip_space();
-    if (!c.eat('[')) return fail();
-    if (!detail::read_int_list(c, ']', s.tile_dims)) return fail();
-    std::int64_t count = 1;
-    for (std::int64_t d : s.tile_dims) {
-      count *= d;
-      if (count > max_mesh_devices) {
-        out.diag = detail::hlo_invalid("too many devices");
-        return out;
-      }
-    }
-    if (count == 0) {
-      out.diag = detail::hlo_invalid("a tile dim is 0");
-      return out;
-    }
-    c.skip_space();
-    if (c.eat("<=")) {
-      c.skip_space();
-      if (!c.eat('[')) return fail();
-      static_vector<std::int64_t, max_array_rank> reshape;
-      if (!detail::read_int_list(c, ']', reshape)) return fail();
-      std::int64_t n = 1;
-      // Stops multiplying once past max_mesh_devices (each d is at most that),
-      // so the product never overflows; a product that large never matches.
-      for (std::int64_t d : reshape) n = n > max_mesh_devices ? n : n * d;
-      if (n != count) {
-        out.diag = detail::hlo_invalid("iota reshape dims do not multiply to the tile size");
-        return out;
-      }
-      static_vector<std::int64_t, max_array_rank> perm;
-      c.skip_space();
-      if (c.eat('T')) {
-        c.skip_space();
-        if (!c.eat('(')) return fail();
-        if (!detail::read_int_list(c, ')', perm)) return fail();
-        bool seen[max_array_rank]{};
-        bool ok = perm.size() == reshape.size();
-        for (std::int64_t p : perm) {
-          ok = ok && p < static_cast<std::int64_t>(reshape.size()) && !seen[p];
-          if (ok) seen[p] = true;
-        }
-        if (!ok) {
-          out.diag = detail::hlo_invalid("transpose is not a permutation of the iota dims");
-          return out;
-        }
-      } else {
-        for (std::size_t i = 0; i < reshape.size(); ++i) perm.push_back(static_cast<std::int64_t>(i));
-      }
-      int_array iota;
-      iota.shape = reshape;
-      iota.values.assign(static_cast<std::size_t>(count), 0);
-      for (std::size_t i = 0; i < iota.values.size(); ++i) iota.values[i] = static_cast<int>(i);
-      static_vector<int, max_array_rank> p32;
-      for (std::int64_t p : perm) p32.push_back(static_cast<int>(p));
-      s.devices = detail::transpose(iota, std::span<const int>(p32.begin(), p32.end())).values;
+    detail::hlo_read body = ok;
+    if (c.eat("replicated")) {
+    } else if (c.eat("manual")) {
+      s.type = xla_sharding::kind::manual;
+    } else if (c.eat("maximal")) {
+      body = detail::read_maximal(c, s);
+    } else if (c.eat("devices")) {
+      body = detail::read_tiled(c, s, out.diag);
     } else {
-      while (true) {
-        c.skip_space();
-        std::int64_t d = 0;
-        if (!c.integer(d, max_mesh_devices)) return fail();
-        if (static_cast<std::int64_t>(s.devices.size()) == count) {
-          out.diag = detail::hlo_invalid("more devices than the tile dims hold");
-          return out;
-        }
-        s.devices.push_back(static_cast<int>(d));
-        c.skip_space();
-        if (!c.eat(',')) break;
-      }
-      if (static_cast<std::int64_t>(s.devices.size()) != count) {
-        out.diag = detail::hlo_invalid("fewer devices than the tile dims hold");
-        return out;
-      }
-      std::vector<int> sorted = s.devices;
-      std::sort(sorted.begin(), sorted.end());
-      if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-        out.diag = detail::hlo_invalid("a device appears twice");
-        return out;
-      }
+      return syntax;
     }
+    if (body != ok) return body;
     c.skip_space();
-    if (c.eat("last_tile_dim_replicate")) s.last_tile_dim_replicate = true;
-  } else {
-    return fail();
-  }
-  c.skip_space();
-  if (!c.eat('}')) return fail();
-  c.skip_space();
-  if (!c.at_end()) return fail();
+    if (!c.eat('}')) return syntax;
+    c.skip_space();
+    return c.at_end() ? ok : syntax;
+  }();
+  if (r == detail::hlo_read::syntax) out.diag = detail::syntax_error(errc::hlo_syntax, text, c.pos);
+  if (r != detail::hlo_read::ok) return out;
   if (s.last_tile_dim_replicate) s = partial_tile(s.tile_dims, std::move(s.devices));
   return out;
 }

@@ -231,106 +231,134 @@ xt::xtensor<T, R> cut_block(const T* global, std::span<const std::int64_t> shape
   return t;
 }
 
+/// One redistribution step's view of this device: its slices and block
+/// extents before and after the step, and the size of the step's group.
+template <std::size_t R>
+struct step_frame {
+  std::int64_t pos, group;
+  std::array<shard_slice, R> before_sl, after_sl;
+  box bshape, ashape, zero;
+  std::span<const std::int64_t> bspan() const { return {bshape.begin(), bshape.end()}; }
+  std::span<const std::int64_t> aspan() const { return {ashape.begin(), ashape.end()}; }
+};
+
+template <std::size_t R>
+step_frame<R> make_step_frame(std::int64_t pos, const redist_step& s, std::span<const std::int64_t> mesh,
+                              std::span<const std::int64_t> shape, const resolved_spec& after) {
+  step_frame<R> f{pos, group_size(mesh, s.axes), {}, {}, {}, {}, {}};
+  const auto before_sl = local_slices(mesh, s.before.spec, shape, pos);
+  const auto after_sl = local_slices(mesh, after, shape, pos);
+  for (std::size_t d = 0; d < R; ++d) {
+    f.before_sl[d] = before_sl[d];
+    f.after_sl[d] = after_sl[d];
+    f.bshape.push_back(before_sl[d].size());
+    f.ashape.push_back(after_sl[d].size());
+    f.zero.push_back(0);
+  }
+  return f;
+}
+
+/// The padded shard extents of the layout before step s.
+inline box padded_box(const redist_step& s, std::span<const std::int64_t> mesh, std::span<const std::int64_t> shape) {
+  box b;
+  for (std::int64_t e : padded_shard_shape(mesh, s.before.spec, shape)) b.push_back(e);
+  return b;
+}
+
+/// Copies what each member r of the step's group sent (chunk r of `recv`,
+/// laid out as `src`) into `out`: along dim `dim` where member r's slice
+/// before the step lies; every other dim whole (`all_dims`: every dim at
+/// the member's slice).
+template <class T, std::size_t R>
+void place_members(const step_frame<R>& f, const redist_step& s, std::span<const std::int64_t> mesh,
+                   std::span<const std::int64_t> shape, const T* recv, std::int64_t chunk,
+                   std::span<const std::int64_t> src, std::size_t dim, bool all_dims, T* out) {
+  for (std::int64_t r = 0; r < f.group; ++r) {
+    const std::int64_t member = group_member(mesh, s.axes, f.pos, r);
+    const auto msl = local_slices(mesh, s.before.spec, shape, member);
+    box ext, dst;
+    for (std::size_t d = 0; d < R; ++d) {
+      const bool placed = all_dims || d == dim;
+      ext.push_back(placed ? msl[d].size() : f.ashape[d]);
+      dst.push_back(placed ? msl[d].start - f.after_sl[d].start : 0);
+    }
+    copy_box(recv + r * chunk, src, f.zero, out, f.aspan(), dst, ext);
+  }
+}
+
+/// Reduce-scatter and all-to-all: the block cut along the scattered dim into
+/// one padded tile per member; an all-to-all places what comes back along
+/// s.dim.
+template <class T, std::size_t R>
+void run_scatter_step(const device_ref<T>& dev, const redist_step& s, const step_frame<R>& f,
+                      std::span<const std::int64_t> mesh, std::span<const std::int64_t> shape, const T* block, T* out) {
+  const std::int64_t G = f.group;
+  const std::size_t cut = static_cast<std::size_t>(s.kind == step_kind::reduce_scatter ? s.dim : s.dim2);
+  const box padded = padded_box(s, mesh, shape);
+  box cshape;
+  for (std::size_t d = 0; d < R; ++d) cshape.push_back(d == cut ? (shape[d] + G - 1) / G : padded[d]);
+  const std::span<const std::int64_t> cspan(cshape.begin(), cshape.end());
+  const std::int64_t chunk = step_input_elements(s, mesh, shape) / G;
+  std::vector<T> send(static_cast<std::size_t>(chunk * G), T(0));
+  for (std::int64_t j = 0; j < G; ++j) {
+    const shard_slice t = tile_slice(shape[cut], G, j);
+    box off, ext;
+    for (std::size_t d = 0; d < R; ++d) {
+      off.push_back(d == cut ? t.start - f.before_sl[d].start : 0);
+      ext.push_back(d == cut ? t.size() : f.bshape[d]);
+    }
+    copy_box(block, f.bspan(), off, send.data() + j * chunk, cspan, f.zero, ext);
+  }
+  if (s.kind == step_kind::reduce_scatter) {
+    std::vector<T> recv(static_cast<std::size_t>(chunk));
+    dev.reduce_scatter(dev.device, std::span<const T>(send), std::span<T>(recv), reduce_op::sum, s.axes);
+    copy_box(recv.data(), cspan, f.zero, out, f.aspan(), f.zero, f.ashape);
+    return;
+  }
+  std::vector<T> recv(static_cast<std::size_t>(chunk * G));
+  dev.all_to_all(dev.device, std::span<const T>(send), std::span<T>(recv), s.axes);
+  place_members(f, s, mesh, shape, recv.data(), chunk, cspan, static_cast<std::size_t>(s.dim), false, out);
+}
+
 /// Runs one redistribution step on this device's block (see layout.hpp).
 /// `block` has the extents of `s.before` for this device; returns the block
 /// of the layout after the step.
 template <class T, std::size_t R>
 xt::xtensor<T, R> run_step(const device_ref<T>& dev, const redist_step& s, std::span<const std::int64_t> mesh,
                            std::span<const std::int64_t> shape, const resolved_spec& after, xt::xtensor<T, R> block) {
-  const std::int64_t pos = dev.position;
-  const auto before_sl = local_slices(mesh, s.before.spec, shape, pos);
-  const auto after_sl = local_slices(mesh, after, shape, pos);
-  box bshape, zero, ashape;
-  for (std::size_t d = 0; d < R; ++d) {
-    bshape.push_back(before_sl[d].size());
-    ashape.push_back(after_sl[d].size());
-    zero.push_back(0);
-  }
-  const std::span<const std::int64_t> bspan(bshape.begin(), bshape.end()), aspan(ashape.begin(), ashape.end());
-  const std::int64_t G = group_size(mesh, s.axes);
-  xt::xtensor<T, R> out = new_block<T, R>(ashape);
+  const step_frame<R> f = make_step_frame<R>(dev.position, s, mesh, shape, after);
+  xt::xtensor<T, R> out = new_block<T, R>(f.ashape);
   switch (s.kind) {
     case step_kind::slice: {
       box off;
-      for (std::size_t d = 0; d < R; ++d) off.push_back(after_sl[d].start - before_sl[d].start);
-      copy_box(block.data(), bspan, off, out.data(), aspan, zero, ashape);
-      return out;
+      for (std::size_t d = 0; d < R; ++d) off.push_back(f.after_sl[d].start - f.before_sl[d].start);
+      copy_box(block.data(), f.bspan(), off, out.data(), f.aspan(), f.zero, f.ashape);
+      break;
     }
     case step_kind::all_reduce: {
-      const tensor_shape padded = padded_shard_shape(mesh, s.before.spec, shape);
-      box pshape;
-      for (std::int64_t e : padded) pshape.push_back(e);
+      const box padded = padded_box(s, mesh, shape);
+      const std::span<const std::int64_t> pspan(padded.begin(), padded.end());
       std::vector<T> buf(static_cast<std::size_t>(step_input_elements(s, mesh, shape)), T(0));
-      copy_box(block.data(), bspan, zero, buf.data(), std::span<const std::int64_t>(pshape.begin(), pshape.end()), zero,
-               bshape);
+      copy_box(block.data(), f.bspan(), f.zero, buf.data(), pspan, f.zero, f.bshape);
       dev.all_reduce(dev.device, std::span<T>(buf), reduce_op::sum, s.axes);
-      copy_box(buf.data(), std::span<const std::int64_t>(pshape.begin(), pshape.end()), zero, out.data(), aspan, zero,
-               ashape);
-      return out;
+      copy_box(buf.data(), pspan, f.zero, out.data(), f.aspan(), f.zero, f.ashape);
+      break;
     }
     case step_kind::all_gather: {
       // Send the padded block; place each member's piece along dim s.dim.
-      const tensor_shape padded = padded_shard_shape(mesh, s.before.spec, shape);
-      box pshape;
-      for (std::int64_t e : padded) pshape.push_back(e);
-      const std::span<const std::int64_t> pspan(pshape.begin(), pshape.end());
+      const box padded = padded_box(s, mesh, shape);
+      const std::span<const std::int64_t> pspan(padded.begin(), padded.end());
       const std::int64_t piece = step_input_elements(s, mesh, shape);
-      std::vector<T> send(static_cast<std::size_t>(piece), T(0)), recv(static_cast<std::size_t>(piece * G));
-      copy_box(block.data(), bspan, zero, send.data(), pspan, zero, bshape);
+      std::vector<T> send(static_cast<std::size_t>(piece), T(0)), recv(static_cast<std::size_t>(piece * f.group));
+      copy_box(block.data(), f.bspan(), f.zero, send.data(), pspan, f.zero, f.bshape);
       dev.all_gather(dev.device, std::span<const T>(send), std::span<T>(recv), s.axes);
-      for (std::int64_t r = 0; r < G; ++r) {
-        const std::int64_t member = group_member(mesh, s.axes, pos, r);
-        const auto msl = local_slices(mesh, s.before.spec, shape, member);
-        box ext, dst;
-        for (std::size_t d = 0; d < R; ++d) {
-          ext.push_back(msl[d].size());
-          dst.push_back(msl[d].start - after_sl[d].start);
-        }
-        copy_box(recv.data() + r * piece, pspan, zero, out.data(), aspan, dst, ext);
-      }
-      return out;
+      place_members(f, s, mesh, shape, recv.data(), piece, pspan, 0, true, out.data());
+      break;
     }
     case step_kind::reduce_scatter:
-    case step_kind::all_to_all: {
-      // Cut the block along the scattered dim into G tiles (padded), one
-      // chunk per member; an all-to-all places what comes back along s.dim.
-      const std::size_t cut = static_cast<std::size_t>(s.kind == step_kind::reduce_scatter ? s.dim : s.dim2);
-      const tensor_shape padded = padded_shard_shape(mesh, s.before.spec, shape);
-      box cshape;
-      for (std::size_t d = 0; d < R; ++d) cshape.push_back(d == cut ? (shape[d] + G - 1) / G : padded[d]);
-      const std::span<const std::int64_t> cspan(cshape.begin(), cshape.end());
-      const std::int64_t chunk = step_input_elements(s, mesh, shape) / G;
-      std::vector<T> send(static_cast<std::size_t>(chunk * G), T(0));
-      for (std::int64_t j = 0; j < G; ++j) {
-        const shard_slice t = tile_slice(shape[cut], G, j);
-        box off, ext;
-        for (std::size_t d = 0; d < R; ++d) {
-          off.push_back(d == cut ? t.start - before_sl[d].start : 0);
-          ext.push_back(d == cut ? t.size() : bshape[d]);
-        }
-        copy_box(block.data(), bspan, off, send.data() + j * chunk, cspan, zero, ext);
-      }
-      if (s.kind == step_kind::reduce_scatter) {
-        std::vector<T> recv(static_cast<std::size_t>(chunk));
-        dev.reduce_scatter(dev.device, std::span<const T>(send), std::span<T>(recv), reduce_op::sum, s.axes);
-        copy_box(recv.data(), cspan, zero, out.data(), aspan, zero, ashape);
-        return out;
-      }
-      std::vector<T> recv(static_cast<std::size_t>(chunk * G));
-      dev.all_to_all(dev.device, std::span<const T>(send), std::span<T>(recv), s.axes);
-      const std::size_t gathered = static_cast<std::size_t>(s.dim);
-      for (std::int64_t r = 0; r < G; ++r) {
-        const std::int64_t member = group_member(mesh, s.axes, pos, r);
-        const auto msl = local_slices(mesh, s.before.spec, shape, member);
-        box ext, dst;
-        for (std::size_t d = 0; d < R; ++d) {
-          ext.push_back(d == gathered ? msl[d].size() : ashape[d]);
-          dst.push_back(d == gathered ? msl[d].start - after_sl[d].start : 0);
-        }
-        copy_box(recv.data() + r * chunk, cspan, zero, out.data(), aspan, dst, ext);
-      }
-      return out;
-    }
+    case step_kind::all_to_all:
+      run_scatter_step(dev, s, f, mesh, shape, block.data(), out.data());
+      break;
   }
   return out;
 }
