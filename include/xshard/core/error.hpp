@@ -95,11 +95,16 @@ constexpr void put_subject(text_builder& t, std::string_view subject) {
 /// that was being read, quoted with put_subject.
 namespace error_text {
 // mesh text and mesh values
-constexpr void mesh_syntax(text_builder& t, const diagnostic& d, std::string_view subject) {
-  t << error_summary(errc::mesh_syntax) << ": unexpected ";
+/// The syntax errors' shared sentence: "<summary>: unexpected 'c' at column n"
+/// and the subject; each adds what it expected.
+constexpr void unexpected_at(text_builder& t, errc code, const diagnostic& d, std::string_view subject) {
+  t << error_summary(code) << ": unexpected ";
   append_char(t, d.ch);
   t << " at column " << d.column;
   put_subject(t, subject);
+}
+constexpr void mesh_syntax(text_builder& t, const diagnostic& d, std::string_view subject) {
+  unexpected_at(t, errc::mesh_syntax, d, subject);
   t << " (expected \"name=size, ...\")";
 }
 constexpr void mesh_empty(text_builder& t, const diagnostic&, std::string_view) {
@@ -135,10 +140,7 @@ constexpr void device_id_out_of_range(text_builder& t, const diagnostic& d, std:
 }
 // partition spec text and its resolution against a mesh
 constexpr void spec_syntax(text_builder& t, const diagnostic& d, std::string_view subject) {
-  t << error_summary(errc::spec_syntax) << ": unexpected ";
-  append_char(t, d.ch);
-  t << " at column " << d.column;
-  put_subject(t, subject);
+  unexpected_at(t, errc::spec_syntax, d, subject);
   t << " (entries are an axis name, an axis index, a tuple (a, b) or None)";
 }
 constexpr void nested_tuple(text_builder& t, const diagnostic& d, std::string_view subject) {
@@ -172,10 +174,7 @@ constexpr void bad_extent(text_builder& t, const diagnostic& d, std::string_view
 }
 // HLO sharding text
 constexpr void hlo_syntax(text_builder& t, const diagnostic& d, std::string_view subject) {
-  t << error_summary(errc::hlo_syntax) << ": unexpected ";
-  append_char(t, d.ch);
-  t << " at column " << d.column;
-  put_subject(t, subject);
+  unexpected_at(t, errc::hlo_syntax, d, subject);
 }
 constexpr void hlo_invalid(text_builder& t, const diagnostic& d, std::string_view subject) {
   t << error_summary(errc::hlo_invalid) << ": " << d.detail.view();
@@ -183,10 +182,7 @@ constexpr void hlo_invalid(text_builder& t, const diagnostic& d, std::string_vie
 }
 // Shardy (sdy dialect) text
 constexpr void sdy_syntax(text_builder& t, const diagnostic& d, std::string_view subject) {
-  t << error_summary(errc::sdy_syntax) << ": unexpected ";
-  append_char(t, d.ch);
-  t << " at column " << d.column;
-  put_subject(t, subject);
+  unexpected_at(t, errc::sdy_syntax, d, subject);
   t << " (expected sdy.mesh @name = <[\"a\"=2, ...]> lines, then #sdy.sharding<@name, [{\"a\"}, {}]>)";
 }
 constexpr void sdy_unsupported(text_builder& t, const diagnostic& d, std::string_view subject) {
@@ -203,10 +199,7 @@ constexpr void sdy_invalid(text_builder& t, const diagnostic& d, std::string_vie
 constexpr void topology(text_builder& t, const diagnostic& d, std::string_view) { t << d.detail.view(); }
 // einsum equations and operands
 constexpr void einsum_syntax(text_builder& t, const diagnostic& d, std::string_view subject) {
-  t << error_summary(errc::einsum_syntax) << ": unexpected ";
-  append_char(t, d.ch);
-  t << " at column " << d.column;
-  put_subject(t, subject);
+  unexpected_at(t, errc::einsum_syntax, d, subject);
   t << " (letters a-z A-Z, '...', ',' and '->')";
 }
 constexpr void einsum_ellipsis(text_builder& t, const diagnostic& d, std::string_view subject) {

@@ -303,30 +303,88 @@ inline std::pair<std::size_t, std::size_t> split_range(std::size_t n, std::size_
   return {std::min(lo, n), std::min(hi, n)};
 }
 
+/// What every block of one thread's share reads: the operands' strides, the
+/// packing buffers, whether A is read in place and C's rows are contiguous.
+template <class T>
+struct gemm_share_state {
+  stride_info m_a, k_a, n_b, k_b;
+  bool direct_a, c_rows_contiguous;
+  T* ap;
+  T* bp;
+};
+
+/// The macro-kernel: rows [i0, i0 + mc) x columns [j0, j0 + nc) of C for
+/// the K block [p0, p0 + kc), B packed in st.bp (and A in st.ap unless read
+/// in place): the MR x NR micro-tiles, edge tiles through a local tile.
+template <class T, class Kernel>
+void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, std::size_t bi, std::size_t i0,
+                     std::size_t mc, std::size_t j0, std::size_t nc, std::size_t p0, std::size_t kc, bool add) {
+  constexpr int MR = Kernel::mr, NR = Kernel::nr;
+  T* const cb = g.c + g.c_batch[bi];
+  alignas(64) T ctile[MR * NR];
+  T* rows[MR];
+  for (std::size_t ir = 0; ir < mc; ir += MR) {
+    const std::size_t mw = std::min<std::size_t>(MR, mc - ir);
+    const int rows_used = static_cast<int>((mw + 2) / 3 * 3);  // the kernel's rows: mw rounded up to 3
+    const T* a_panel = st.ap + ir * kc;
+    std::ptrdiff_t rs = 1, cs = MR;
+    if (st.direct_a && static_cast<int>(mw) == rows_used) {
+      a_panel = g.a + g.a_batch[bi] + g.a_m[i0 + ir] + static_cast<std::ptrdiff_t>(p0);
+      rs = st.m_a.stride;
+      cs = 1;
+      if (ir + 2 * MR <= mc) {  // the next panel's rows, while this one computes
+        const T* next = a_panel + MR * rs;
+        for (int i = 0; i < MR; ++i)
+          for (std::size_t p = 0; p < kc; p += 64 / sizeof(T)) __builtin_prefetch(next + i * rs + p, 0, 2);
+      }
+    } else if (st.direct_a) {  // the last rows: pack them (zero-padded)
+      pack_a<T, MR>(g, g.a_batch[bi], i0 + ir, mw, p0, kc, st.ap, st.m_a, st.k_a);
+      a_panel = st.ap;
+    }
+    for (std::size_t jr = 0; jr < nc; jr += NR) {
+      const std::size_t nw = std::min<std::size_t>(NR, nc - jr);
+      const T* const b_panel = st.bp + jr * kc;
+      if (st.c_rows_contiguous && static_cast<int>(mw) == rows_used && nw == NR) {
+        for (int i = 0; i < rows_used; ++i) rows[i] = cb + g.c_m[i0 + ir + static_cast<std::size_t>(i)] + (j0 + jr);
+        Kernel::run(rows_used, kc, a_panel, rs, cs, b_panel, rows, add);
+        continue;
+      }
+      // Edge or scattered tile: compute into ctile, then combine.
+      for (int i = 0; i < rows_used; ++i) rows[i] = ctile + i * NR;
+      Kernel::run(rows_used, kc, a_panel, rs, cs, b_panel, rows, false);
+      for (std::size_t i = 0; i < mw; ++i) {
+        T* const crow = cb + g.c_m[i0 + ir + i];
+        const T* const src = ctile + i * NR;
+        for (std::size_t j = 0; j < nw; ++j) {
+          T& dst = crow[g.c_n[j0 + jr + j]];
+          dst = add ? dst + src[j] : src[j];
+        }
+      }
+    }
+  }
+}
+
 /// C = A B (or C += A B) over one thread's share of (batch, M, N), Goto's
-/// loop nest: jc (NC) -> pc (KC; pack B) -> ic (MC; pack A) -> ir (MR) ->
-/// jr (NR) -> micro-kernel. Each C element is summed over k in KC blocks in
-/// the same order whatever the share, so results do not depend on the
-/// thread count.
+/// loop nest: jc (NC) -> pc (KC; pack B) -> ic (MC; pack A) -> the
+/// macro-kernel (ir (MR) -> jr (NR) -> micro-kernel). Each C element is
+/// summed over k in KC blocks in the same order whatever the share, so
+/// results do not depend on the thread count.
 template <class T, class Kernel>
 void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
   constexpr int MR = Kernel::mr, NR = Kernel::nr;
   using B = blocking<T>;
   constexpr std::size_t MC = (B::mc + MR - 1) / MR * MR, NC = (B::nc + NR - 1) / NR * NR, KC = B::kc;
   const std::size_t K = g.a_k.size();
-  const stride_info m_a = uniform_stride(g.a_m), k_a = uniform_stride(g.a_k);
-  const stride_info n_b = uniform_stride(g.b_n), k_b = uniform_stride(g.b_k);
-  const stride_info n_c = uniform_stride(g.c_n);
-  const bool c_rows_contiguous = n_c.uniform && n_c.stride == 1;
-  const bool direct_a = reads_a_in_place<T>(m_a, k_a);
   thread_local aligned_buffer<T> abuf, bbuf;
-  T* const ap = abuf.get(MC * KC);
-  T* const bp = bbuf.get(NC * KC);
-  alignas(64) T ctile[MR * NR];
-  T* rows[MR];
+  gemm_share_state<T> st{
+      uniform_stride(g.a_m), uniform_stride(g.a_k), uniform_stride(g.b_n), uniform_stride(g.b_k), false, false,
+      abuf.get(MC * KC),     bbuf.get(NC * KC)};
+  const stride_info n_c = uniform_stride(g.c_n);
+  st.c_rows_contiguous = n_c.uniform && n_c.stride == 1;
+  st.direct_a = reads_a_in_place<T>(st.m_a, st.k_a);
   for (std::size_t bi = r.b0; bi < r.b1; ++bi) {
-    T* const cb = g.c + g.c_batch[bi];
     if (K == 0) {  // an empty sum: C = 0 (unchanged when accumulating)
+      T* const cb = g.c + g.c_batch[bi];
       if (!g.accumulate)
         for (std::size_t i = r.m0; i < r.m1; ++i)
           for (std::size_t j = r.n0; j < r.n1; ++j) cb[g.c_m[i] + g.c_n[j]] = T(0);
@@ -336,51 +394,11 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
       const std::size_t nc = std::min(NC, r.n1 - j0);
       for (std::size_t p0 = 0; p0 < K; p0 += KC) {
         const std::size_t kc = std::min(KC, K - p0);
-        const bool add = g.accumulate || p0 > 0;
-        pack_b<T, NR>(g, g.b_batch[bi], p0, kc, j0, nc, bp, n_b, k_b);
+        pack_b<T, NR>(g, g.b_batch[bi], p0, kc, j0, nc, st.bp, st.n_b, st.k_b);
         for (std::size_t i0 = r.m0; i0 < r.m1; i0 += MC) {
           const std::size_t mc = std::min(MC, r.m1 - i0);
-          if (!direct_a) pack_a<T, MR>(g, g.a_batch[bi], i0, mc, p0, kc, ap, m_a, k_a);
-          for (std::size_t ir = 0; ir < mc; ir += MR) {
-            const std::size_t mw = std::min<std::size_t>(MR, mc - ir);
-            const int rows_used = static_cast<int>((mw + 2) / 3 * 3);  // the kernel's rows: mw rounded up to 3
-            const T* a_panel = ap + ir * kc;
-            std::ptrdiff_t rs = 1, cs = MR;
-            if (direct_a && static_cast<int>(mw) == rows_used) {
-              a_panel = g.a + g.a_batch[bi] + g.a_m[i0 + ir] + static_cast<std::ptrdiff_t>(p0);
-              rs = m_a.stride;
-              cs = 1;
-              if (ir + 2 * MR <= mc) {  // the next panel's rows, while this one computes
-                const T* next = a_panel + MR * rs;
-                for (int i = 0; i < MR; ++i)
-                  for (std::size_t p = 0; p < kc; p += 64 / sizeof(T)) __builtin_prefetch(next + i * rs + p, 0, 2);
-              }
-            } else if (direct_a) {  // the last rows: pack them (zero-padded)
-              pack_a<T, MR>(g, g.a_batch[bi], i0 + ir, mw, p0, kc, ap, m_a, k_a);
-              a_panel = ap;
-            }
-            for (std::size_t jr = 0; jr < nc; jr += NR) {
-              const std::size_t nw = std::min<std::size_t>(NR, nc - jr);
-              const T* const b_panel = bp + jr * kc;
-              if (c_rows_contiguous && static_cast<int>(mw) == rows_used && nw == NR) {
-                for (int i = 0; i < rows_used; ++i)
-                  rows[i] = cb + g.c_m[i0 + ir + static_cast<std::size_t>(i)] + (j0 + jr);
-                Kernel::run(rows_used, kc, a_panel, rs, cs, b_panel, rows, add);
-                continue;
-              }
-              // Edge or scattered tile: compute into ctile, then combine.
-              for (int i = 0; i < rows_used; ++i) rows[i] = ctile + i * NR;
-              Kernel::run(rows_used, kc, a_panel, rs, cs, b_panel, rows, false);
-              for (std::size_t i = 0; i < mw; ++i) {
-                T* const crow = cb + g.c_m[i0 + ir + i];
-                const T* const src = ctile + i * NR;
-                for (std::size_t j = 0; j < nw; ++j) {
-                  T& dst = crow[g.c_n[j0 + jr + j]];
-                  dst = add ? dst + src[j] : src[j];
-                }
-              }
-            }
-          }
+          if (!st.direct_a) pack_a<T, MR>(g, g.a_batch[bi], i0, mc, p0, kc, st.ap, st.m_a, st.k_a);
+          gemm_macro_tile<T, Kernel>(g, st, bi, i0, mc, j0, nc, p0, kc, g.accumulate || p0 > 0);
         }
       }
     }

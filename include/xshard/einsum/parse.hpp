@@ -91,6 +91,36 @@ constexpr diagnostic einsum_at(errc code, int column, char ch = 0) {
   d.ch = ch;
   return d;
 }
+/// An explicit output's letters: each in some input, none twice.
+constexpr diagnostic check_einsum_output(const einsum_equation& eq) {
+  const einsum_term& o = eq.output;
+  for (std::size_t i = 0; i < o.labels.size(); ++i) {
+    const char c = o.labels[i];
+    if (eq.inputs_with(c) == 0)
+      return einsum_at(c == ellipsis_label ? errc::einsum_output_ellipsis : errc::einsum_output_unknown, o.columns[i],
+                       c == ellipsis_label ? '\0' : c);
+    if (c != ellipsis_label && o.count(c) > 1) return einsum_at(errc::einsum_output_twice, o.columns[i], c);
+  }
+  return {};
+}
+/// The implicit output: "..." first, then the letters used exactly once, sorted.
+constexpr void fill_implicit_output(einsum_equation& eq) {
+  bool any_ellipsis = false;
+  for (const einsum_term& t : eq.inputs) any_ellipsis = any_ellipsis || t.has_ellipsis();
+  if (any_ellipsis) {
+    eq.output.labels.push_back(ellipsis_label);
+    eq.output.columns.push_back(0);
+  }
+  for (char c = 'A'; c <= 'z'; ++c) {
+    if (!is_label(c)) continue;
+    int uses = 0;
+    for (const einsum_term& t : eq.inputs) uses += t.count(c);
+    if (uses == 1) {
+      eq.output.labels.push_back(c);
+      eq.output.columns.push_back(0);
+    }
+  }
+}
 }  // namespace detail
 
 /// Parses an equation and fills in the implicit output.
@@ -145,38 +175,10 @@ constexpr checked<einsum_equation> parse_einsum(std::string_view text) {
       return out;
     }
   }
-  if (eq.explicit_output) {
-    const einsum_term& o = eq.output;
-    for (std::size_t i = 0; i < o.labels.size(); ++i) {
-      const char c = o.labels[i];
-      if (eq.inputs_with(c) == 0) {
-        out.diag = detail::einsum_at(c == ellipsis_label ? errc::einsum_output_ellipsis : errc::einsum_output_unknown,
-                                     o.columns[i], c == ellipsis_label ? '\0' : c);
-        return out;
-      }
-      if (c != ellipsis_label && o.count(c) > 1) {
-        out.diag = detail::einsum_at(errc::einsum_output_twice, o.columns[i], c);
-        return out;
-      }
-    }
-    return out;
-  }
-  // Implicit output: "..." first, then the letters used exactly once, sorted.
-  bool any_ellipsis = false;
-  for (const einsum_term& t : eq.inputs) any_ellipsis = any_ellipsis || t.has_ellipsis();
-  if (any_ellipsis) {
-    eq.output.labels.push_back(ellipsis_label);
-    eq.output.columns.push_back(0);
-  }
-  for (char c = 'A'; c <= 'z'; ++c) {
-    if (!detail::is_label(c)) continue;
-    int uses = 0;
-    for (const einsum_term& t : eq.inputs) uses += t.count(c);
-    if (uses == 1) {
-      eq.output.labels.push_back(c);
-      eq.output.columns.push_back(0);
-    }
-  }
+  if (eq.explicit_output)
+    out.diag = detail::check_einsum_output(eq);
+  else
+    detail::fill_implicit_output(eq);
   return out;
 }
 

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -196,6 +197,40 @@ void bias_rows(T* out, const T* a, const V& b, std::size_t rows, std::size_t n) 
   } else {
     const xt::xtensor<T, 1> contiguous(b);
     run(contiguous.data());
+  }
+}
+
+/// x * w with x a plain tensor of rank >= 2 and w a rank-1 operand along
+/// its last dim (a norm's gain), g a plain tensor of x's rank.
+template <class G, class A0, class A1>
+constexpr bool is_gain_product() {
+  using T = element_t<A0>;
+  constexpr std::size_t R = rank_v<A0>;
+  return rank_v<A1> == 1 && R >= 2 && std::is_same_v<std::remove_cvref_t<A0>, xt::xtensor<T, R>> &&
+         std::is_same_v<std::remove_cvref_t<G>, xt::xtensor<element_t<G>, R>>;
+}
+
+/// The vjp of x * w (is_gain_product) row by row: g * w for x (K = 0), the
+/// column sums of g * x for w (K = 1); nullopt when the shapes are not the
+/// plain case (the general broadcast path then reports or handles them).
+template <std::size_t K, class G, class X, class W>
+auto gain_product_vjp(G&& g, const X& x, const W& w) {
+  using T = element_t<X>;
+  using Out = std::conditional_t<K == 0, std::remove_cvref_t<G>, xt::xtensor<T, 1>>;
+  const std::size_t n = x.shape()[rank_v<X> - 1];
+  if (!(g.shape() == x.shape() && w.size() == n && n > 0)) return std::optional<Out>{};
+  if constexpr (K == 0) {
+    Out r = std::forward<G>(g);  // only once the shapes are known to fit: the caller's fallback still has g
+    bias_rows<binary::mul>(r.data(), r.data(), w, r.size() / n, n);
+    return std::optional<Out>(std::move(r));
+  } else {
+    Out r = xt::zeros<T>({n});
+    const T* gp = g.data();
+    const T* xp = x.data();
+    T* rp = r.data();
+    for (std::size_t i = 0, rows = g.size() / n; i < rows; ++i, gp += n, xp += n)
+      for (std::size_t j = 0; j < n; ++j) rp[j] += gp[j] * xp[j];
+    return std::optional<Out>(std::move(r));
   }
 }
 
@@ -521,31 +556,9 @@ struct rule<binary_op<B>> {
         return detail::sum_to<R>(std::forward<G>(g), c.a_shapes[K]);
       else if constexpr (B == binary::sub)
         return detail::sum_to<R>(xt::eval(-g), c.a_shapes[K]);
-      else if constexpr (B == binary::mul && detail::rank_v<A1> == 1 && detail::rank_v<A0> >= 2 &&
-                         std::is_same_v<std::remove_cvref_t<A0>,
-                                        xt::xtensor<detail::element_t<A0>, detail::rank_v<A0>>> &&
-                         std::is_same_v<std::remove_cvref_t<G>,
-                                        xt::xtensor<detail::element_t<G>, detail::rank_v<A0>>>) {
-        // x * w with w along the last dim (a norm's gain): row by row.
-        const auto& x = c.template operand<0>();
-        const auto& w = c.template operand<1>();
-        const std::size_t n = x.shape()[detail::rank_v<A0> - 1];
-        if (g.shape() == x.shape() && w.size() == n && n > 0) {
-          if constexpr (K == 0) {
-            std::remove_cvref_t<G> r = std::forward<G>(g);
-            detail::bias_rows<binary::mul>(r.data(), r.data(), w, r.size() / n, n);
-            return r;
-          } else {
-            using T = detail::element_t<A1>;
-            xt::xtensor<T, 1> r = xt::zeros<T>({n});
-            const T* gp = g.data();
-            const T* xp = x.data();
-            T* rp = r.data();
-            for (std::size_t i = 0, rows = g.size() / n; i < rows; ++i, gp += n, xp += n)
-              for (std::size_t j = 0; j < n; ++j) rp[j] += gp[j] * xp[j];
-            return r;
-          }
-        }
+      else if constexpr (B == binary::mul && detail::is_gain_product<G, A0, A1>()) {
+        if (auto r = detail::gain_product_vjp<K>(std::forward<G>(g), c.template operand<0>(), c.template operand<1>()))
+          return std::move(*r);
         return detail::sum_to<R>(xt::eval(g * c.template operand<1 - K>()), c.a_shapes[K]);
       } else if constexpr (B == binary::mul)
         return detail::sum_to<R>(xt::eval(g * c.template operand<1 - K>()), c.a_shapes[K]);

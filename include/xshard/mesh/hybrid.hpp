@@ -305,9 +305,55 @@ constexpr bool slice_device_mesh(std::span<const device_attributes> devices, std
   return true;
 }
 
-/// The whole procedure; see the top of this header.
-constexpr bool build_hybrid_layout(std::span<const device_attributes> devices, std::span<const std::int64_t> ici,
-                                   std::span<const std::int64_t> dcn_given, hybrid_layout& out, text_builder& err) {
+/// The multislice case: one group per slice_index (ascending, devices in id
+/// order), each laid out as one slice; group g is the block at row-major
+/// position g of a dcn-shaped grid.
+constexpr bool multislice_device_mesh(const std::vector<device_attributes>& sorted, std::span<const std::int64_t> ici,
+                                      const std::vector<std::int64_t>& dcn, std::int64_t slices_wanted,
+                                      hybrid_layout& out, text_builder& err) {
+  std::vector<int> keys;
+  keys.reserve(sorted.size());
+  for (const device_attributes& d : sorted) keys.push_back(*d.slice_index);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  if (static_cast<std::int64_t>(keys.size()) != slices_wanted) {
+    err << "hybrid mesh: the number of slices " << keys.size() << " must equal the product of dcn_mesh_shape ";
+    put_shape(err, dcn);
+    err << ", which is ";
+    put_product(err, slices_wanted);
+    return false;
+  }
+  std::vector<std::vector<int>> blocks(keys.size());
+  for (std::size_t g = 0; g < keys.size(); ++g) {
+    std::vector<device_attributes> group;
+    for (const device_attributes& d : sorted)
+      if (*d.slice_index == keys[g]) group.push_back(d);
+    if (!slice_device_mesh(group, ici, slice_context{true, keys[g]}, blocks[g], err)) return false;
+  }
+  // The element at mesh index I comes from group (I / ici) at (I % ici).
+  const std::size_t rank = ici.size();
+  const std::int64_t total = clamped_product(out.mesh_shape);  // = the device count, checked before
+  std::vector<std::int64_t> index(rank, 0);
+  out.device_ids.reserve(static_cast<std::size_t>(total));
+  for (std::int64_t i = 0; i < total; ++i) {
+    std::int64_t group = 0;
+    std::int64_t inner = 0;
+    for (std::size_t k = 0; k < rank; ++k) {
+      group = group * dcn[k] + index[k] / ici[k];
+      inner = inner * ici[k] + index[k] % ici[k];
+    }
+    out.device_ids.push_back(blocks[static_cast<std::size_t>(group)][static_cast<std::size_t>(inner)]);
+    for (std::size_t k = rank; k-- > 0;) {
+      if (++index[k] < out.mesh_shape[k]) break;
+      index[k] = 0;
+    }
+  }
+  return true;
+}
+
+/// The two mesh shapes' own checks; `dcn` is dcn_given, or all 1s when empty.
+constexpr bool check_hybrid_shapes(std::span<const std::int64_t> ici, std::span<const std::int64_t> dcn_given,
+                                   std::vector<std::int64_t>& dcn, text_builder& err) {
   if (ici.empty()) {
     err << "hybrid mesh: ici_mesh_shape must have at least one axis";
     return false;
@@ -320,9 +366,16 @@ constexpr bool build_hybrid_layout(std::span<const device_attributes> devices, s
     err << " must have the same length (" << ici.size() << " vs " << dcn_given.size() << ')';
     return false;
   }
-  std::vector<std::int64_t> dcn(dcn_given.begin(), dcn_given.end());
+  dcn.assign(dcn_given.begin(), dcn_given.end());
   if (dcn.empty()) dcn.assign(ici.size(), 1);
-  if (!check_sizes(ici, "ici_mesh_shape", err) || !check_sizes(dcn, "dcn_mesh_shape", err)) return false;
+  return check_sizes(ici, "ici_mesh_shape", err) && check_sizes(dcn, "dcn_mesh_shape", err);
+}
+
+/// The whole procedure; see the top of this header.
+constexpr bool build_hybrid_layout(std::span<const device_attributes> devices, std::span<const std::int64_t> ici,
+                                   std::span<const std::int64_t> dcn_given, hybrid_layout& out, text_builder& err) {
+  std::vector<std::int64_t> dcn;
+  if (!check_hybrid_shapes(ici, dcn_given, dcn, err)) return false;
   std::vector<std::int64_t> mesh_shape(ici.size(), 0);
   for (std::size_t k = 0; k < ici.size(); ++k) mesh_shape[k] = clamped_mul(ici[k], dcn[k]);
   if (devices.empty()) {
@@ -352,47 +405,7 @@ constexpr bool build_hybrid_layout(std::span<const device_attributes> devices, s
   out.mesh_shape = mesh_shape;
   out.device_ids.clear();
   if (!has_slices) return slice_device_mesh(sorted, ici, slice_context{}, out.device_ids, err);
-
-  // Multislice: one group per slice_index, ascending; devices stay in id order.
-  std::vector<int> keys;
-  keys.reserve(sorted.size());
-  for (const device_attributes& d : sorted) keys.push_back(*d.slice_index);
-  std::sort(keys.begin(), keys.end());
-  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  if (static_cast<std::int64_t>(keys.size()) != slices_wanted) {
-    err << "hybrid mesh: the number of slices " << keys.size() << " must equal the product of dcn_mesh_shape ";
-    put_shape(err, dcn);
-    err << ", which is ";
-    put_product(err, slices_wanted);
-    return false;
-  }
-  std::vector<std::vector<int>> blocks(keys.size());
-  for (std::size_t g = 0; g < keys.size(); ++g) {
-    std::vector<device_attributes> group;
-    for (const device_attributes& d : sorted)
-      if (*d.slice_index == keys[g]) group.push_back(d);
-    if (!slice_device_mesh(group, ici, slice_context{true, keys[g]}, blocks[g], err)) return false;
-  }
-  // Group g is the block at the row-major position g of a dcn-shaped grid:
-  // the element at mesh index I comes from group (I / ici) at (I % ici).
-  const std::size_t rank = ici.size();
-  const std::int64_t total = clamped_product(mesh_shape);  // = devices.size(), checked above
-  std::vector<std::int64_t> index(rank, 0);
-  out.device_ids.reserve(static_cast<std::size_t>(total));
-  for (std::int64_t i = 0; i < total; ++i) {
-    std::int64_t group = 0;
-    std::int64_t inner = 0;
-    for (std::size_t k = 0; k < rank; ++k) {
-      group = group * dcn[k] + index[k] / ici[k];
-      inner = inner * ici[k] + index[k] % ici[k];
-    }
-    out.device_ids.push_back(blocks[static_cast<std::size_t>(group)][static_cast<std::size_t>(inner)]);
-    for (std::size_t k = rank; k-- > 0;) {
-      if (++index[k] < mesh_shape[k]) break;
-      index[k] = 0;
-    }
-  }
-  return true;
+  return multislice_device_mesh(sorted, ici, dcn, slices_wanted, out, err);
 }
 
 }  // namespace detail

@@ -311,80 +311,90 @@ class sdy_parser {
     return mesh(out);
   }
 
+  /// A quoted axis name of a mesh whose axes so far are `axes`: "0", "1",
+  /// ... in order for unnamed axes, never mixed with names (`named`: -1
+  /// until the first axis, then 1 for names, 0 for indices).
+  constexpr bool mesh_axis_name(const mesh_axes& axes, int& named, mesh_axis& axis) {
+    c_.skip_space();
+    const std::size_t name_at = c_.pos + 1;
+    std::string_view name;
+    if (!quoted(name)) return false;
+    const bool unnamed = !name.empty() && is_digit(name[0]);
+    if (named == (unnamed ? 1 : 0))
+      return invalid(name_at, "the axis names \"0\", \"1\", ... (unnamed axes) cannot be mixed with other names");
+    named = unnamed ? 0 : 1;
+    if (unnamed) {
+      text_builder index;
+      index << axes.size();
+      if (name == index.view()) return true;
+      diag.code = errc::bad_axis_name;
+      diag.name.assign(name.substr(0, max_axis_name));
+      return false;
+    }
+    if (name.size() > max_axis_name) {
+      diag.code = errc::axis_name_too_long;
+      diag.name.assign(name.substr(0, max_axis_name));
+      return false;
+    }
+    bool valid = !name.empty() && is_name_start(name[0]) && name != "None";
+    for (char ch : name) valid = valid && is_name_char(ch);
+    if (!valid) {
+      diag.code = errc::bad_axis_name;
+      diag.name.assign(name);
+      return false;
+    }
+    axis.name.assign(name);
+    return true;
+  }
+
+  /// The axes after '[' up to ']': '"name"' '=' size, comma separated.
+  constexpr bool mesh_axis_list(mesh_axes& axes) {
+    std::int64_t product = 1;
+    int named = -1;
+    c_.skip_space();
+    if (c_.eat(']')) return true;
+    while (true) {
+      mesh_axis axis;
+      if (!mesh_axis_name(axes, named, axis) || !expect('=')) return false;
+      c_.skip_space();
+      if (!c_.integer(axis.size, max_mesh_devices)) {
+        if (!is_digit(c_.peek())) return syntax();
+        axis.size = max_mesh_devices + 1;  // too large to read: a bad size
+      }
+      diag = append_axis(axes, axis, product);
+      if (!diag.ok()) return false;
+      c_.skip_space();
+      if (c_.eat(']')) return true;
+      if (!c_.eat(',')) return syntax();
+    }
+  }
+
+  /// The ids after "device_ids = [" up to ']'.
+  constexpr bool mesh_device_ids(std::vector<int>& ids) {
+    while (true) {
+      c_.skip_space();
+      std::int64_t id = 0;
+      const std::size_t id_at = c_.pos;
+      if (!c_.integer(id, max_mesh_devices)) {
+        if (!is_digit(c_.peek())) return syntax();
+        return invalid(id_at, "device id too large");
+      }
+      ids.push_back(static_cast<int>(id));
+      c_.skip_space();
+      if (c_.eat(']')) return true;
+      if (!c_.eat(',')) return syntax();
+    }
+  }
+
   /// '<' '[' axes ']' [',' 'device_ids' '=' '[' ids ']'] '>'
   constexpr bool mesh(sdy_mesh_value& out) {
     c_.skip_space();
     const std::size_t mesh_at = c_.pos;
-    if (!expect('<') || !expect('[')) return false;
-    std::int64_t product = 1;
-    int named = -1;  // unknown until the first axis
+    if (!expect('<') || !expect('[') || !mesh_axis_list(out.axes)) return false;
     c_.skip_space();
-    if (!c_.eat(']')) {
-      while (true) {
-        c_.skip_space();
-        const std::size_t name_at = c_.pos + 1;
-        std::string_view name;
-        if (!quoted(name)) return false;
-        mesh_axis axis;
-        const bool unnamed = !name.empty() && is_digit(name[0]);
-        if (named == (unnamed ? 1 : 0))
-          return invalid(name_at, "the axis names \"0\", \"1\", ... (unnamed axes) cannot be mixed with other names");
-        named = unnamed ? 0 : 1;
-        if (unnamed) {
-          text_builder index;
-          index << out.axes.size();
-          if (name != index.view()) {
-            diag.code = errc::bad_axis_name;
-            diag.name.assign(name.substr(0, max_axis_name));
-            return false;
-          }
-        } else {
-          if (name.size() > max_axis_name) {
-            diag.code = errc::axis_name_too_long;
-            diag.name.assign(name.substr(0, max_axis_name));
-            return false;
-          }
-          bool valid = !name.empty() && is_name_start(name[0]) && name != "None";
-          for (char ch : name) valid = valid && is_name_char(ch);
-          if (!valid) {
-            diag.code = errc::bad_axis_name;
-            diag.name.assign(name);
-            return false;
-          }
-          axis.name.assign(name);
-        }
-        if (!expect('=')) return false;
-        c_.skip_space();
-        if (!c_.integer(axis.size, max_mesh_devices)) {
-          if (!is_digit(c_.peek())) return syntax();
-          axis.size = max_mesh_devices + 1;  // too large to read: a bad size
-        }
-        diag = append_axis(out.axes, axis, product);
-        if (!diag.ok()) return false;
-        c_.skip_space();
-        if (c_.eat(']')) break;
-        if (!c_.eat(',')) return syntax();
-      }
-    }
-    bool have_ids = false;
-    c_.skip_space();
-    if (c_.eat(',')) {
-      have_ids = true;
-      if (!word("device_ids") || !expect('=') || !expect('[')) return false;
-      while (true) {
-        c_.skip_space();
-        std::int64_t id = 0;
-        const std::size_t id_at = c_.pos;
-        if (!c_.integer(id, max_mesh_devices)) {
-          if (!is_digit(c_.peek())) return syntax();
-          return invalid(id_at, "device id too large");
-        }
-        out.device_ids.push_back(static_cast<int>(id));
-        c_.skip_space();
-        if (c_.eat(']')) break;
-        if (!c_.eat(',')) return syntax();
-      }
-    }
+    const bool have_ids = c_.eat(',');
+    if (have_ids && (!word("device_ids") || !expect('=') || !expect('[') || !mesh_device_ids(out.device_ids)))
+      return false;
     if (!expect('>')) return false;
     if (out.axes.empty()) {
       if (have_ids) return unsupported(mesh_at, "maximal-sharding meshes (device_ids without axes)");
