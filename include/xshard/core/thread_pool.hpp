@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "error.hpp"
@@ -47,7 +49,7 @@ class thread_pool {
   ~thread_pool() {
     {
       std::lock_guard lock(mu_);
-      stop_ = true;
+      stop_.store(true, std::memory_order_release);
     }
     cv_.notify_all();
     for (std::thread& t : workers_) t.join();
@@ -58,6 +60,13 @@ class thread_pool {
 
   /// Runs f(i) for every i in [0, n); rethrows the first exception.
   /// Calls from inside a task run serially on the calling thread.
+  ///
+  /// A worker that finished a call spins for spin_time before it sleeps,
+  /// and so does a caller waiting for the workers: a training step's
+  /// back-to-back calls (a GEMM every ~100 us) then start on threads that
+  /// are awake instead of paying a futex wake-up (tens of microseconds on a
+  /// VM, long enough for the caller to take every task itself). The spin is
+  /// bounded, so idle or oversubscribed threads sleep.
   void parallel_for(std::size_t n, const std::function<void(std::size_t)>& f) {
     if (n == 0) return;
     if (n == 1 || workers_.empty() || inside_) {
@@ -69,28 +78,58 @@ class thread_pool {
       std::lock_guard lock(mu_);
       job_ = &f;
       total_ = n;
-      next_.store(0);
-      done_ = 0;
+      next_.store(0, std::memory_order_relaxed);
+      done_.store(0, std::memory_order_relaxed);
       error_ = nullptr;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
+      if (sleepers_ > 0) cv_.notify_all();
     }
-    cv_.notify_all();
     run_tasks(f, n);
-    std::unique_lock lock(mu_);
     // Wait for every task and for every worker that joined this generation
     // to leave, so none can take an index of the next call.
-    finished_.wait(lock, [&] { return done_ == total_ && active_ == 0; });
+    const auto finished = [&] {
+      return done_.load(std::memory_order_acquire) == n && active_.load(std::memory_order_acquire) == 0;
+    };
+    spin_until(finished);
+    std::unique_lock lock(mu_);
+    if (!finished()) {
+      ++waiters_;
+      finished_.wait(lock, finished);
+      --waiters_;
+    }
     job_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  static constexpr std::chrono::microseconds spin_time{200};
+
+  /// Spins until pred() or spin_time has passed; true if pred() held.
+  template <class Pred>
+  static bool spin_until(const Pred& pred) {
+    const auto until = std::chrono::steady_clock::now() + spin_time;
+    while (true) {
+      for (int i = 0; i < 64; ++i) {
+        if (pred()) return true;
+        cpu_relax();
+      }
+      if (std::chrono::steady_clock::now() >= until) return pred();
+    }
+  }
+  static void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
   void run_tasks(const std::function<void(std::size_t)>& job, std::size_t total) {
     const bool was_inside = inside_;
     inside_ = true;
     std::size_t mine = 0;
     std::exception_ptr err;
-    for (std::size_t i; (i = next_.fetch_add(1)) < total;) {
+    for (std::size_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < total;) {
       try {
         job(i);
       } catch (...) {
@@ -99,42 +138,53 @@ class thread_pool {
       ++mine;
     }
     inside_ = was_inside;
-    std::lock_guard lock(mu_);
-    if (err && !error_) error_ = err;
-    done_ += mine;
+    if (err) {
+      std::lock_guard lock(mu_);
+      if (!error_) error_ = err;
+    }
+    done_.fetch_add(mine, std::memory_order_acq_rel);
   }
   void work() {
     std::size_t seen = 0;
+    const auto called = [&] {
+      return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
+    };
     while (true) {
       const std::function<void(std::size_t)>* job = nullptr;
       std::size_t total = 0;
+      spin_until(called);
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
+        if (!called()) {
+          ++sleepers_;
+          cv_.wait(lock, called);
+          --sleepers_;
+        }
+        if (stop_.load(std::memory_order_relaxed)) return;
+        seen = generation_.load(std::memory_order_relaxed);
         if (job_ == nullptr) continue;  // woke after that call had finished
         job = job_;
         total = total_;
-        ++active_;
+        active_.fetch_add(1, std::memory_order_relaxed);
       }
       run_tasks(*job, total);
-      {
-        std::lock_guard lock(mu_);
-        --active_;
-      }
-      finished_.notify_all();
+      std::lock_guard lock(mu_);
+      active_.fetch_sub(1, std::memory_order_release);
+      if (waiters_ > 0) finished_.notify_all();
     }
   }
 
   std::vector<std::thread> workers_;
   std::mutex call_mu_, mu_;
   std::condition_variable cv_, finished_;
+  // Under mu_: the call's job and size, the error, and who sleeps.
   const std::function<void(std::size_t)>* job_ = nullptr;
-  std::size_t total_ = 0, done_ = 0, generation_ = 0, active_ = 0;
-  std::atomic<std::size_t> next_{0};
+  std::size_t total_ = 0, sleepers_ = 0, waiters_ = 0;
   std::exception_ptr error_;
-  bool stop_ = false;
+  // Written under mu_ (generation_, active_, stop_) or by the tasks (next_,
+  // done_), read without it by the spinning threads.
+  std::atomic<std::size_t> generation_{0}, active_{0}, next_{0}, done_{0};
+  std::atomic<bool> stop_{false};
   static inline thread_local bool inside_ = false;
 };
 
@@ -171,7 +221,15 @@ inline std::size_t num_threads() { return default_thread_pool().size(); }
 
 namespace detail {
 inline thread_local std::size_t thread_limit = 0;  // 0: no limit
+
+/// Share `i` of `parts` of [0, n), boundaries on multiples of `unit`.
+inline std::pair<std::size_t, std::size_t> split_range(std::size_t n, std::size_t parts, std::size_t i,
+                                                       std::size_t unit) {
+  const std::size_t units = (n + unit - 1) / unit;
+  const std::size_t lo = units * i / parts * unit, hi = units * (i + 1) / parts * unit;
+  return {std::min(lo, n), std::min(hi, n)};
 }
+}  // namespace detail
 
 /// Caps the threads library calls made on this thread may use, for the
 /// scope's lifetime (thread_mesh's devices run their kernels on their own
@@ -192,6 +250,27 @@ class scoped_thread_limit {
 inline std::size_t usable_threads() {
   const std::size_t pool = default_thread_pool().size();
   return detail::thread_limit ? std::min(detail::thread_limit, pool) : pool;
+}
+
+/// Runs f(lo, hi) on contiguous ranges covering [0, n), one range per
+/// thread, when every thread gets at least `grain` items (else f(0, n) on
+/// the caller; nothing when n is 0). Range boundaries are multiples of `unit` (e.g. a SIMD
+/// width) and depend only on n and the thread count; as long as f writes
+/// each item's output from that item alone, the result is the same for
+/// every thread count.
+template <class F>
+void parallel_ranges(std::size_t n, std::size_t grain, F&& f, std::size_t unit = 1) {
+  if (n == 0) return;
+  std::size_t threads = grain ? n / grain : n;
+  if (threads > 1) threads = std::min(threads, usable_threads());
+  if (threads <= 1) {
+    f(std::size_t{0}, n);
+    return;
+  }
+  default_thread_pool().parallel_for(threads, [&](std::size_t t) {
+    const auto [lo, hi] = detail::split_range(n, threads, t, unit);
+    if (lo < hi) f(lo, hi);
+  });
 }
 
 }  // namespace xshard

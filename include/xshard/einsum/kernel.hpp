@@ -295,14 +295,6 @@ inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::siz
   return best;
 }
 
-/// Share `i` of `parts` of [0, n), boundaries on multiples of `unit`.
-inline std::pair<std::size_t, std::size_t> split_range(std::size_t n, std::size_t parts, std::size_t i,
-                                                       std::size_t unit) {
-  const std::size_t units = (n + unit - 1) / unit;
-  const std::size_t lo = units * i / parts * unit, hi = units * (i + 1) / parts * unit;
-  return {std::min(lo, n), std::min(hi, n)};
-}
-
 /// What every block of one thread's share reads: the operands' strides, the
 /// packing buffers, whether A is read in place and C's rows are contiguous.
 template <class T>

@@ -32,7 +32,8 @@
 #include "../core/error.hpp"
 #include "../core/tensor_traits.hpp"
 #include "../core/text.hpp"
-#include "../trace/trace.hpp"  // composite_trace: one trace_me scope per composite call
+#include "../core/thread_pool.hpp"  // parallel_ranges: the kernels split rows or elements over the pool
+#include "../trace/trace.hpp"       // composite_trace: one trace_me scope per composite call
 #include "composite_policy.hpp"
 
 namespace xshard::detail {
@@ -103,6 +104,17 @@ template <class T>
 using batch_t = xsimd::batch<T>;
 template <class T>
 inline constexpr std::size_t lanes_v = batch_t<T>::size;
+
+/// The kernels split their elements (or rows) over the thread pool when
+/// every thread gets at least this many elements (about 10-50 us of work:
+/// more than a spinning worker's start-up), on boundaries of 16 elements (a
+/// 64-byte line of floats, every ISA's width divides it).
+inline constexpr std::size_t parallel_grain = 16384;
+inline constexpr std::size_t parallel_unit = 16;
+/// Rows of `row` elements each that make up parallel_grain elements.
+inline constexpr std::size_t rows_per_grain(std::size_t row) {
+  return row ? std::max<std::size_t>(1, parallel_grain / row) : 1;
+}
 
 /// out[i] = f(in[i]...) for i < n, batch by batch; the tail runs f on a
 /// padded batch (padding value `pad`).

@@ -127,7 +127,7 @@ batch_t<T> erf_batch(const batch_t<T>& u) {
 }
 
 template <class T>
-void gelu_kernel(const T* x, T* y, std::size_t n, gelu_approximate a) {
+void gelu_kernel_range(const T* x, T* y, std::size_t n, gelu_approximate a) {
 #if XSHARD_X86_KERNELS
   if constexpr (std::is_same_v<T, float>) {
     if (a == gelu_approximate::none && active_isa() == simd_isa::avx512) return x86::avx512::gelu(x, y, n);
@@ -150,7 +150,7 @@ void gelu_kernel(const T* x, T* y, std::size_t n, gelu_approximate a) {
 }
 
 template <class T>
-void gelu_backward_kernel(const T* g, const T* x, T* dx, std::size_t n, gelu_approximate a) {
+void gelu_backward_kernel_range(const T* g, const T* x, T* dx, std::size_t n, gelu_approximate a) {
 #if XSHARD_X86_KERNELS
   if constexpr (std::is_same_v<T, float>) {
     if (a == gelu_approximate::none && active_isa() == simd_isa::avx512) return x86::avx512::gelu_backward(g, x, dx, n);
@@ -181,6 +181,21 @@ void gelu_backward_kernel(const T* g, const T* x, T* dx, std::size_t n, gelu_app
         },
         g, x);
   }
+}
+
+/// The kernels over the thread pool's threads, element ranges per thread.
+template <class T>
+void gelu_kernel(const T* x, T* y, std::size_t n, gelu_approximate a) {
+  parallel_ranges(
+      n, parallel_grain, [&](std::size_t lo, std::size_t hi) { gelu_kernel_range(x + lo, y + lo, hi - lo, a); },
+      parallel_unit);
+}
+template <class T>
+void gelu_backward_kernel(const T* g, const T* x, T* dx, std::size_t n, gelu_approximate a) {
+  parallel_ranges(
+      n, parallel_grain,
+      [&](std::size_t lo, std::size_t hi) { gelu_backward_kernel_range(g + lo, x + lo, dx + lo, hi - lo, a); },
+      parallel_unit);
 }
 
 }  // namespace detail

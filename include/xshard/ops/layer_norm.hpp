@@ -116,36 +116,38 @@ void layer_norm_kernel(const T* x, T* y, T* mean_out, T* rstd_out, std::size_t r
   const std::size_t full = n - n % L;
   const std::size_t r = n - full;
   const T inv_n = T(1) / static_cast<T>(n);
-  for (std::size_t row = 0; row < rows; ++row) {
-    const T* xr = x + row * n;
-    T* yr = y + row * n;
-    B acc(T(0));
-    for (std::size_t j = 0; j < full; j += L) acc += B::load_unaligned(xr + j);
-    if (r) acc += load_partial(xr + full, r, T(0));
-    const T mean = xsimd::hadd(acc) / static_cast<T>(n);
-    const B m(mean);
-    B sq(T(0));
-    for (std::size_t j = 0; j < full; j += L) {
-      const B d = B::load_unaligned(xr + j) - m;
-      sq = xsimd::fma(d, d, sq);
+  parallel_ranges(rows, rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t row = r0; row < r1; ++row) {
+      const T* xr = x + row * n;
+      T* yr = y + row * n;
+      B acc(T(0));
+      for (std::size_t j = 0; j < full; j += L) acc += B::load_unaligned(xr + j);
+      if (r) acc += load_partial(xr + full, r, T(0));
+      const T mean = xsimd::hadd(acc) / static_cast<T>(n);
+      const B m(mean);
+      B sq(T(0));
+      for (std::size_t j = 0; j < full; j += L) {
+        const B d = B::load_unaligned(xr + j) - m;
+        sq = xsimd::fma(d, d, sq);
+      }
+      if (r) {
+        const B d = load_partial(xr + full, r, mean) - m;  // padding contributes 0
+        sq = xsimd::fma(d, d, sq);
+      }
+      const T rstd = T(1) / std::sqrt(xsimd::hadd(sq) * inv_n + eps);
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+      const B s(rstd);
+      auto affine = [&](const B& v, std::size_t j, bool tail) {
+        B out = (v - m) * s;
+        if (p.weight) out = out * (tail ? load_partial(p.weight + j, r, T(0)) : B::load_unaligned(p.weight + j));
+        if (p.bias) out = out + (tail ? load_partial(p.bias + j, r, T(0)) : B::load_unaligned(p.bias + j));
+        return out;
+      };
+      for (std::size_t j = 0; j < full; j += L) affine(B::load_unaligned(xr + j), j, false).store_unaligned(yr + j);
+      if (r) store_partial(yr + full, r, affine(load_partial(xr + full, r, T(0)), full, true));
     }
-    if (r) {
-      const B d = load_partial(xr + full, r, mean) - m;  // padding contributes 0
-      sq = xsimd::fma(d, d, sq);
-    }
-    const T rstd = T(1) / std::sqrt(xsimd::hadd(sq) * inv_n + eps);
-    mean_out[row] = mean;
-    rstd_out[row] = rstd;
-    const B s(rstd);
-    auto affine = [&](const B& v, std::size_t j, bool tail) {
-      B out = (v - m) * s;
-      if (p.weight) out = out * (tail ? load_partial(p.weight + j, r, T(0)) : B::load_unaligned(p.weight + j));
-      if (p.bias) out = out + (tail ? load_partial(p.bias + j, r, T(0)) : B::load_unaligned(p.bias + j));
-      return out;
-    };
-    for (std::size_t j = 0; j < full; j += L) affine(B::load_unaligned(xr + j), j, false).store_unaligned(yr + j);
-    if (r) store_partial(yr + full, r, affine(load_partial(xr + full, r, T(0)), full, true));
-  }
+  });
 }
 
 template <class T>

@@ -84,24 +84,26 @@ void rms_norm_kernel(const T* x, T* y, T* rstd_out, std::size_t rows, std::size_
   const std::size_t full = n - n % L;
   const std::size_t r = n - full;
   const T inv_n = T(1) / static_cast<T>(n);
-  for (std::size_t row = 0; row < rows; ++row) {
-    const T* xr = x + row * n;
-    T* yr = y + row * n;
-    B sq(T(0));
-    for (std::size_t j = 0; j < full; j += L) {
-      const B v = B::load_unaligned(xr + j);
-      sq = xsimd::fma(v, v, sq);
+  parallel_ranges(rows, rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t row = r0; row < r1; ++row) {
+      const T* xr = x + row * n;
+      T* yr = y + row * n;
+      B sq(T(0));
+      for (std::size_t j = 0; j < full; j += L) {
+        const B v = B::load_unaligned(xr + j);
+        sq = xsimd::fma(v, v, sq);
+      }
+      if (r) {
+        const B v = load_partial(xr + full, r, T(0));  // padding contributes 0
+        sq = xsimd::fma(v, v, sq);
+      }
+      const T rstd = T(1) / std::sqrt(xsimd::hadd(sq) * inv_n + eps);
+      rstd_out[row] = rstd;
+      const B s(rstd);
+      for (std::size_t j = 0; j < full; j += L) (B::load_unaligned(xr + j) * s).store_unaligned(yr + j);
+      if (r) store_partial(yr + full, r, load_partial(xr + full, r, T(0)) * s);
     }
-    if (r) {
-      const B v = load_partial(xr + full, r, T(0));  // padding contributes 0
-      sq = xsimd::fma(v, v, sq);
-    }
-    const T rstd = T(1) / std::sqrt(xsimd::hadd(sq) * inv_n + eps);
-    rstd_out[row] = rstd;
-    const B s(rstd);
-    for (std::size_t j = 0; j < full; j += L) (B::load_unaligned(xr + j) * s).store_unaligned(yr + j);
-    if (r) store_partial(yr + full, r, load_partial(xr + full, r, T(0)) * s);
-  }
+  });
 }
 
 template <class T>
@@ -110,23 +112,26 @@ void rms_norm_backward_kernel(const T* g, const T* x, const T* rstd, T* dx, std:
   constexpr std::size_t L = B::size;
   const std::size_t full = n - n % L;
   const std::size_t r = n - full;
-  for (std::size_t row = 0; row < rows; ++row) {
-    const T* gr = g + row * n;
-    const T* xr = x + row * n;
-    T* dxr = dx + row * n;
-    const B s(rstd[row]);
-    // Pass 1: the row mean of g * y.
-    B sb(T(0));
-    for (std::size_t j = 0; j < full; j += L)
-      sb = xsimd::fma(B::load_unaligned(gr + j), B::load_unaligned(xr + j) * s, sb);
-    if (r) sb = xsimd::fma(load_partial(gr + full, r, T(0)), load_partial(xr + full, r, T(0)) * s, sb);
-    const B b(xsimd::hadd(sb) / static_cast<T>(n));
-    // Pass 2: the input gradient.
-    auto input_grad = [&](const B& gv, const B& xv) { return s * (gv - (xv * s) * b); };
-    for (std::size_t j = 0; j < full; j += L)
-      input_grad(B::load_unaligned(gr + j), B::load_unaligned(xr + j)).store_unaligned(dxr + j);
-    if (r) store_partial(dxr + full, r, input_grad(load_partial(gr + full, r, T(0)), load_partial(xr + full, r, T(0))));
-  }
+  parallel_ranges(rows, rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t row = r0; row < r1; ++row) {
+      const T* gr = g + row * n;
+      const T* xr = x + row * n;
+      T* dxr = dx + row * n;
+      const B s(rstd[row]);
+      // Pass 1: the row mean of g * y.
+      B sb(T(0));
+      for (std::size_t j = 0; j < full; j += L)
+        sb = xsimd::fma(B::load_unaligned(gr + j), B::load_unaligned(xr + j) * s, sb);
+      if (r) sb = xsimd::fma(load_partial(gr + full, r, T(0)), load_partial(xr + full, r, T(0)) * s, sb);
+      const B b(xsimd::hadd(sb) / static_cast<T>(n));
+      // Pass 2: the input gradient.
+      auto input_grad = [&](const B& gv, const B& xv) { return s * (gv - (xv * s) * b); };
+      for (std::size_t j = 0; j < full; j += L)
+        input_grad(B::load_unaligned(gr + j), B::load_unaligned(xr + j)).store_unaligned(dxr + j);
+      if (r)
+        store_partial(dxr + full, r, input_grad(load_partial(gr + full, r, T(0)), load_partial(xr + full, r, T(0))));
+    }
+  });
 }
 
 template <class E>

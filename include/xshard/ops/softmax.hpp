@@ -110,27 +110,29 @@ void softmax_kernel(const T* x, T* y, axis_split sp) {
   constexpr std::size_t L = lanes_v<T>;
   [[maybe_unused]] const simd_isa isa = active_isa();
   const std::size_t k = sp.extent, in = sp.inner;
-  for (std::size_t o = 0; o < sp.outer; ++o) {
-    const T* xo = x + o * k * in;
-    T* yo = y + o * k * in;
-    if (in == 1) {
+  parallel_ranges(sp.outer, rows_per_grain(k * in), [&](std::size_t o0, std::size_t o1) {
+    for (std::size_t o = o0; o < o1; ++o) {
+      const T* xo = x + o * k * in;
+      T* yo = y + o * k * in;
+      if (in == 1) {
 #if XSHARD_X86_KERNELS
-      if constexpr (std::is_same_v<T, float>) {
-        if (isa == simd_isa::avx512) {
-          x86::avx512::softmax_row(xo, yo, k);
-          continue;
+        if constexpr (std::is_same_v<T, float>) {
+          if (isa == simd_isa::avx512) {
+            x86::avx512::softmax_row(xo, yo, k);
+            continue;
+          }
+          if (isa == simd_isa::avx2) {
+            x86::avx2::softmax_row(xo, yo, k);
+            continue;
+          }
         }
-        if (isa == simd_isa::avx2) {
-          x86::avx2::softmax_row(xo, yo, k);
-          continue;
-        }
-      }
 #endif
-      softmax_row(xo, yo, k);
-    } else {
-      for (std::size_t i = 0; i < in; i += L) softmax_columns(xo + i, yo + i, k, in, std::min(L, in - i));
+        softmax_row(xo, yo, k);
+      } else {
+        for (std::size_t i = 0; i < in; i += L) softmax_columns(xo + i, yo + i, k, in, std::min(L, in - i));
+      }
     }
-  }
+  });
 }
 
 template <class T>
@@ -170,27 +172,29 @@ void softmax_backward_kernel(const T* g, const T* y, T* dx, axis_split sp) {
   constexpr std::size_t L = lanes_v<T>;
   [[maybe_unused]] const simd_isa isa = active_isa();
   const std::size_t k = sp.extent, in = sp.inner;
-  for (std::size_t o = 0; o < sp.outer; ++o) {
-    const std::size_t off = o * k * in;
-    if (in == 1) {
+  parallel_ranges(sp.outer, rows_per_grain(k * in), [&](std::size_t o0, std::size_t o1) {
+    for (std::size_t o = o0; o < o1; ++o) {
+      const std::size_t off = o * k * in;
+      if (in == 1) {
 #if XSHARD_X86_KERNELS
-      if constexpr (std::is_same_v<T, float>) {
-        if (isa == simd_isa::avx512) {
-          x86::avx512::softmax_backward_row(g + off, y + off, dx + off, k);
-          continue;
+        if constexpr (std::is_same_v<T, float>) {
+          if (isa == simd_isa::avx512) {
+            x86::avx512::softmax_backward_row(g + off, y + off, dx + off, k);
+            continue;
+          }
+          if (isa == simd_isa::avx2) {
+            x86::avx2::softmax_backward_row(g + off, y + off, dx + off, k);
+            continue;
+          }
         }
-        if (isa == simd_isa::avx2) {
-          x86::avx2::softmax_backward_row(g + off, y + off, dx + off, k);
-          continue;
-        }
-      }
 #endif
-      softmax_backward_row(g + off, y + off, dx + off, k);
-    } else {
-      for (std::size_t i = 0; i < in; i += L)
-        softmax_backward_columns(g + off + i, y + off + i, dx + off + i, k, in, std::min(L, in - i));
+        softmax_backward_row(g + off, y + off, dx + off, k);
+      } else {
+        for (std::size_t i = 0; i < in; i += L)
+          softmax_backward_columns(g + off + i, y + off + i, dx + off + i, k, in, std::min(L, in - i));
+      }
     }
-  }
+  });
 }
 
 }  // namespace detail

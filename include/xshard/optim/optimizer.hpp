@@ -56,6 +56,7 @@
 #include "../core/error.hpp"
 #include "../core/fixed_string.hpp"
 #include "../core/isa.hpp"
+#include "../core/thread_pool.hpp"
 #include "../spmd/collectives.hpp"
 #include "../spmd/sharded.hpp"
 #include "arch/x86.hpp"
@@ -119,6 +120,19 @@ struct adamw {
     const T root_bc2 = static_cast<T>(std::sqrt(1 - std::pow(beta2, td)));
     const T decay = static_cast<T>(1 - lr * weight_decay);
     const T e = static_cast<T>(eps);
+    // Element ranges over the thread pool (each element's update is its own).
+    parallel_ranges(
+        n, 16384,
+        [&](std::size_t lo, std::size_t hi) {
+          update_range(p + lo, g + lo, m + lo, v + lo, hi - lo, scale, b1, c1, b2, c2, step, root_bc2, decay, e);
+        },
+        16);
+  }
+
+ private:
+  template <class T>
+  static void update_range(T* p, const T* g, T* m, T* v, std::size_t n, T scale, T b1, T c1, T b2, T c2, T step,
+                           T root_bc2, T decay, T e) {
 #if XSHARD_X86_KERNELS
     if constexpr (std::is_same_v<T, float>) {
       const detail::x86::adamw_constants k{scale, b1, c1, b2, c2, step, root_bc2, decay, e};

@@ -1,0 +1,164 @@
+// The thread pool (every index once per call, errors, nesting, concurrent
+// callers, sleeping and spinning workers), parallel_ranges' cover, and the
+// composites and AdamW it splits: bit-identical for 1, 2 and 3 threads.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+#include <xshard/core/thread_pool.hpp>
+#include <xshard/ops/gelu.hpp>
+#include <xshard/ops/layer_norm.hpp>
+#include <xshard/ops/rms_norm.hpp>
+#include <xshard/ops/softmax.hpp>
+#include <xshard/optim/optimizer.hpp>
+#include <xtensor/xrandom.hpp>
+#include <xtensor/xtensor.hpp>
+
+namespace {
+
+// Runs `calls` parallel_for calls of sizes 1..37 and checks each index of
+// each call ran exactly once.
+void expect_each_index_once(xshard::thread_pool& pool, int calls, int seed) {
+  std::vector<std::atomic<int>> hits(37);
+  for (int c = 0; c < calls; ++c) {
+    const std::size_t n = static_cast<std::size_t>((c * 7 + seed) % 37 + 1);
+    for (auto& h : hits) h.store(0);
+    pool.parallel_for(n, [&](std::size_t i) { hits[i].fetch_add(1); });
+    for (std::size_t i = 0; i < hits.size(); ++i)
+      ASSERT_EQ(hits[i].load(), i < n ? 1 : 0) << "call " << c << ", n " << n;
+  }
+}
+
+TEST(ThreadPool, EveryIndexRunsExactlyOncePerCall) {
+  for (std::size_t threads : {1, 2, 3, 5}) {
+    xshard::thread_pool pool(threads);
+    ASSERT_EQ(pool.size(), threads);
+    expect_each_index_once(pool, 2000, 3);
+  }
+}
+
+TEST(ThreadPool, IdleWorkersSleepAndWakeForTheNextCall) {
+  xshard::thread_pool pool(3);
+  for (int round = 0; round < 4; ++round) {
+    expect_each_index_once(pool, 5, round);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // past the workers' spin: they sleep
+  }
+}
+
+TEST(ThreadPool, FirstExceptionIsRethrownAndThePoolStaysUsable) {
+  xshard::thread_pool pool(3);
+  std::atomic<int> ran{0};
+  EXPECT_THROW(pool.parallel_for(50,
+                                 [&](std::size_t i) {
+                                   ran.fetch_add(1);
+                                   if (i % 10 == 3) throw std::runtime_error("task failed");
+                                 }),
+               std::runtime_error);
+  EXPECT_EQ(ran.load(), 50);  // the other tasks still ran
+  expect_each_index_once(pool, 100, 1);
+}
+
+TEST(ThreadPool, NestedCallsRunSeriallyOnTheCallingThread) {
+  xshard::thread_pool pool(3);
+  std::vector<std::atomic<int>> hits(8 * 8);
+  pool.parallel_for(8, [&](std::size_t i) {
+    const auto outer = std::this_thread::get_id();
+    pool.parallel_for(8, [&](std::size_t j) {
+      EXPECT_EQ(std::this_thread::get_id(), outer);
+      hits[i * 8 + j].fetch_add(1);
+    });
+  });
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ThreadPool, ConcurrentCallersAreServedOneCallAtATime) {
+  xshard::thread_pool pool(3);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t) callers.emplace_back([&pool, t] { expect_each_index_once(pool, 300, t); });
+  for (auto& c : callers) c.join();
+}
+
+TEST(ParallelRanges, CoverEveryItemOnceOnUnitBoundaries) {
+  const std::size_t before = xshard::num_threads();
+  for (std::size_t threads : {1, 2, 3}) {
+    xshard::set_num_threads(threads);
+    for (std::size_t n : {0u, 1u, 15u, 16u, 100u, 1000u, 4099u}) {
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<int> ranges{0};
+      xshard::parallel_ranges(
+          n, 10,
+          [&](std::size_t lo, std::size_t hi) {
+            ranges.fetch_add(1);
+            EXPECT_LT(lo, hi);
+            EXPECT_EQ(lo % 16, 0u) << "n " << n;
+            EXPECT_TRUE(hi % 16 == 0 || hi == n) << "n " << n;
+            for (std::size_t i = lo; i < hi; ++i) hits[i].fetch_add(1);
+          },
+          16);
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n " << n << ", item " << i;
+      // one range per thread at most, and a single range below the grain
+      EXPECT_LE(ranges.load(), static_cast<int>(std::max<std::size_t>(1, std::min(threads, n / 10))));
+    }
+  }
+  xshard::set_num_threads(before);
+}
+
+// Each composite and the AdamW update at 1, 2 and 3 threads, on sizes above
+// the split grain: the outputs must be equal bit for bit.
+template <class F>
+void expect_same_for_every_thread_count(F run) {
+  const std::size_t before = xshard::num_threads();
+  xshard::set_num_threads(1);
+  const auto one = run();
+  for (std::size_t threads : {2, 3}) {
+    xshard::set_num_threads(threads);
+    const auto many = run();
+    ASSERT_EQ(many.size(), one.size());
+    for (std::size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(many[i], one[i]) << "output " << i << ", threads " << threads;
+  }
+  xshard::set_num_threads(before);
+}
+
+TEST(ParallelComposites, BitIdenticalForOneTwoAndThreeThreads) {
+  xt::random::seed(5);
+  const xt::xtensor<float, 2> x = xt::random::randn<float>({300, 517});  // rows and a tail off the SIMD width
+  const xt::xtensor<float, 2> g = xt::random::randn<float>({300, 517});
+  const xt::xtensor<float, 3> x3 = xt::random::randn<float>({40, 97, 33});  // softmax over a middle dim
+  using T2 = xt::xtensor<float, 2>;
+  using T3 = xt::xtensor<float, 3>;
+  expect_same_for_every_thread_count([&] {
+    return std::vector<T2>{xshard::gelu(x), xshard::gelu_backward(g, x), xshard::gelu(x, "tanh")};
+  });
+  expect_same_for_every_thread_count([&] {
+    const T2 y = xshard::softmax(x, -1);
+    return std::vector<T2>{y, xshard::softmax_backward(g, y, -1)};
+  });
+  expect_same_for_every_thread_count([&] {
+    const T3 y = xshard::softmax(x3, 1);
+    return std::vector<T3>{y, xshard::softmax_backward(x3, y, 1)};
+  });
+  expect_same_for_every_thread_count([&] {
+    auto r = xshard::rms_norm(x);
+    return std::vector<T2>{r.output, r.rstd, xshard::rms_norm_backward(g, x, r.rstd)};
+  });
+  expect_same_for_every_thread_count([&] {
+    auto r = xshard::layer_norm(x);
+    return std::vector<T2>{r.output, r.mean, r.rstd};
+  });
+  expect_same_for_every_thread_count([&] {
+    const xshard::adamw rule{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.1};
+    std::vector<float> p(x.begin(), x.end()), m(p.size(), 0.0f), v(p.size(), 0.0f);
+    for (std::int64_t t = 1; t <= 3; ++t) {
+      float* s[] = {m.data(), v.data()};
+      rule.update(p.data(), g.data(), 0.5f, s, p.size(), t);
+    }
+    return std::vector<std::vector<float>>{p, m, v};
+  });
+}
+
+}  // namespace
