@@ -11,6 +11,9 @@ and 2), in one run, each timed --repeats times (the median is reported).
     cmake --preset release && cmake --build build/release --target train_mlp
     python3 bench/train_peer.py [--train-mlp build/release/examples/train_mlp/train_mlp] [--steps 300]
 
+--isa avx2 caps xshard at its AVX2 kernels (XSHARD_ISA) and PyTorch at
+OpenBLAS's Haswell kernels; by default PyTorch runs with OpenBLAS's own
+kernel choice and with the one the CPU's ISA calls for (bench/step_peer.py).
 Prints the CPU, the ISA flags, each median, and the ratios the issue judges:
 xshard 1 thread / PyTorch's best (goal <= 0.8) and xshard 1 thread / 2
 threads (goal >= 1.7). train_mlp keeps freed memory in glibc's heap
@@ -26,23 +29,15 @@ import subprocess
 import sys
 import time
 
+from step_peer import RETAIN_ENV, blas_in_use, cpu_text, isa_settings, openblas_core
+
 LAYERS, WIDTH, HIDDEN, BATCH, SAMPLES, LR = 8, 128, 512, 64, 1024, 0.1
 
 
-def cpu_text():
-    model, flags = "unknown CPU", set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and model == "unknown CPU":
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    isa = [f for f in ("avx512f", "avx512bw", "avx512vl", "avx2", "fma") if f in flags]
-    return model, " ".join(isa) or "no AVX"
-
-
-def xshard_seconds(exe, steps, threads):
+def xshard_seconds(exe, steps, threads, isa=None):
     env = dict(os.environ, XSHARD_NUM_THREADS=str(threads))
+    if isa:
+        env["XSHARD_ISA"] = isa
     out = subprocess.run([exe, "--devices", "1", "--steps", str(steps), "--no-progress"],
                          env=env, check=True, capture_output=True, text=True).stdout
     m = re.search(r"steps on one device in ([0-9.eE+-]+) s", out)
@@ -51,36 +46,23 @@ def xshard_seconds(exe, steps, threads):
     return float(m.group(1))
 
 
-def blas_in_use():
-    """The BLAS library this process mapped (PyTorch's generic BLAS is
-    whatever libblas.so.3 resolves to: OpenBLAS, or Debian's slow reference
-    BLAS when OpenBLAS is not installed)."""
-    with open("/proc/self/maps") as f:
-        libs = {line.split()[-1] for line in f if "blas" in line.split()[-1]}
-    return ", ".join(sorted(os.path.realpath(l) for l in libs)) or "none mapped"
-
-
 def torch_worker(steps, threads):
     """Runs in a child whose OPENBLAS_NUM_THREADS and OMP_NUM_THREADS are
     `threads` (OpenBLAS reads them when it loads)."""
     seconds, loss = torch_seconds(steps, threads)
-    print(f"seconds={seconds} loss={loss} blas={blas_in_use()}")
+    print(f"seconds={seconds} loss={loss} core={openblas_core()} blas={blas_in_use()}")
 
 
-# glibc's environment form of xshard::retain_freed_memory() (train_mlp calls
-# it): PyTorch is also timed with it, so neither side keeps an allocator
-# advantage the other lacks.
-RETAIN_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(2**62)}
-
-
-def torch_run(steps, threads, retain=False):
+def torch_run(steps, threads, retain=False, coretype=None):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     if retain:
         env.update(RETAIN_ENV)
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker", str(threads), "--steps",
                           str(steps)], env=env, check=True, capture_output=True, text=True).stdout
-    m = re.search(r"seconds=(\S+) loss=(\S+) blas=(.*)", out)
-    return float(m.group(1)), m.group(3).strip()
+    m = re.search(r"seconds=(\S+) loss=(\S+) core=(\S+) blas=(.*)", out)
+    return float(m.group(1)), m.group(3), m.group(4).strip()
 
 
 def torch_seconds(steps, threads):
@@ -122,6 +104,9 @@ def main():
                                                         "train_mlp"))
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--isa", choices=["best", "avx2"], default="best",
+                    help="avx2: xshard's kernels capped at AVX2 (XSHARD_ISA) and PyTorch's OpenBLAS on its Haswell "
+                         "kernels, for the AVX2 comparison on an AVX-512 machine")
     ap.add_argument("--torch-worker", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
@@ -130,30 +115,39 @@ def main():
     import torch
 
     model, isa = cpu_text()
-    print(f"CPU: {model}, {os.cpu_count()} logical CPUs; ISA: {isa}; PyTorch {torch.__version__}")
+    xisa, coretypes = isa_settings(args.isa, isa)
+    print(f"CPU: {model}, {os.cpu_count()} logical CPUs; ISA: {isa}; PyTorch {torch.__version__}; --isa {args.isa}")
     print(f"train_mlp model, {args.steps} steps, median of {args.repeats}\n")
-    rows, blas = {}, ""
+    # Rows: (label, {threads: seconds}); runs interleaved, so load changes
+    # hit both sides alike.
+    variants = [(c, r) for c in coretypes for r in (False, True)]
+    xs = {1: [], 2: []}
+    ts = {v: {1: [], 2: []} for v in variants}
+    cores, blas = {}, ""
     for threads in (1, 2):
-        # Interleaved, so load changes hit both sides alike.
-        xs, ts, rs = [], [], []
         for _ in range(args.repeats):
-            xs.append(xshard_seconds(args.train_mlp, args.steps, threads))
-            seconds, blas = torch_run(args.steps, threads)
-            ts.append(seconds)
-            rs.append(torch_run(args.steps, threads, retain=True)[0])
-        rows[threads] = (statistics.median(xs), statistics.median(ts), statistics.median(rs))
+            xs[threads].append(xshard_seconds(args.train_mlp, args.steps, threads, xisa))
+            for v in variants:
+                seconds, cores[v], blas = torch_run(args.steps, threads, retain=v[1], coretype=v[0])
+                ts[v][threads].append(seconds)
+    med = lambda d: {t: statistics.median(d[t]) for t in (1, 2)}
+    rows = [("xshard (`train_mlp --devices 1`)" + (f", XSHARD_ISA={xisa}" if xisa else ""), med(xs))]
+    for v in variants:
+        how = f"OPENBLAS_CORETYPE={v[0]}" if v[0] else "OpenBLAS's own detection"
+        rows.append((f"PyTorch {torch.__version__} eager, {how} ({cores[v]})" + (", glibc heap retained" if v[1]
+                                                                                    else ""), med(ts[v])))
     print(f"PyTorch's BLAS: {blas}")
     if "openblas" not in blas:
         print("warning: PyTorch is not on OpenBLAS (XSHARD_BENCH_DEPS=1 scripts/install-deps.sh installs it)")
     print("| | 1 thread (s) | 2 threads (s) |")
     print("|---|---:|---:|")
-    print(f"| xshard (`train_mlp --devices 1`) | {rows[1][0]:.3f} | {rows[2][0]:.3f} |")
-    print(f"| PyTorch {torch.__version__} eager | {rows[1][1]:.3f} | {rows[2][1]:.3f} |")
-    print(f"| PyTorch, glibc heap retained as train_mlp's | {rows[1][2]:.3f} | {rows[2][2]:.3f} |")
-    best_torch = min(rows[1][1], rows[2][1], rows[1][2], rows[2][2])
-    print(f"\nxshard 1 thread / PyTorch's best: {rows[1][0] / best_torch:.2f} (goal <= 0.8)")
-    print(f"xshard best / PyTorch's best: {min(rows[1][0], rows[2][0]) / best_torch:.2f}")
-    print(f"xshard 1 thread / 2 threads: {rows[1][0] / rows[2][0]:.2f} (goal >= 1.7)")
+    for label, t in rows:
+        print(f"| {label} | {t[1]:.3f} | {t[2]:.3f} |")
+    x = rows[0][1]
+    best_torch = min(min(t.values()) for _, t in rows[1:])
+    print(f"\nxshard 1 thread / PyTorch's best: {x[1] / best_torch:.2f} (goal <= 0.8)")
+    print(f"xshard best / PyTorch's best: {min(x.values()) / best_torch:.2f}")
+    print(f"xshard 1 thread / 2 threads: {x[1] / x[2]:.2f} (goal >= 1.7)")
 
 
 if __name__ == "__main__":

@@ -39,24 +39,13 @@ import sys
 import tempfile
 import time
 
+from step_peer import RETAIN_ENV, blas_in_use, cpu_text, isa_settings, openblas_core
+
 LAYERS, WIDTH, HEADS, HEAD_DIM, HIDDEN = 4, 128, 4, 32, 512
 VOCAB, SEQ, BATCH, DIGITS = 16, 64, 16, 31
 ANSWER = range(DIGITS, 2 * DIGITS + 1)  # positions 31..62 predict tokens 32..63
 LR, WD, EPS = 1e-3, 0.01, 1e-6
 NAMES = ["attn_norm", "w_q", "w_k", "w_v", "w_o", "mlp_norm", "w_in", "b_in", "w_out", "b_out"]
-RETAIN_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(2**62)}
-
-
-def cpu_text():
-    model, flags = "unknown CPU", set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and model == "unknown CPU":
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    isa = [f for f in ("avx512f", "avx512bw", "avx512vl", "avx2", "fma") if f in flags]
-    return model, " ".join(isa) or "no AVX"
 
 
 def load(init_file):
@@ -121,24 +110,6 @@ def torch_train(init_file, steps, threads):
     return losses, time.perf_counter() - t0
 
 
-def openblas_core():
-    """The kernel OpenBLAS picked (it mis-detects some CPUs: this Zen 4 VM
-    reports Haswell, i.e. AVX2 kernels, unless OPENBLAS_CORETYPE says)."""
-    import ctypes
-    try:
-        lib = ctypes.CDLL("libopenblas.so.0")
-        lib.openblas_get_corename.restype = ctypes.c_char_p
-        return lib.openblas_get_corename().decode()
-    except OSError:
-        return "no OpenBLAS"
-
-
-def blas_in_use():
-    with open("/proc/self/maps") as f:
-        libs = {line.split()[-1] for line in f if "blas" in line.split()[-1]}
-    return ", ".join(sorted(os.path.realpath(l) for l in libs)) or "none mapped"
-
-
 def torch_run(init_file, steps, threads, coretype):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     env.update(RETAIN_ENV)  # the glibc heap settings train_transformer uses (it made no difference to PyTorch)
@@ -195,12 +166,8 @@ def main():
               f"(bar 1e-3): {'agree' if agree else 'DIFFER'}")
 
         # ---- speed
-        # OpenBLAS's own detection, and the kernel this CPU's ISA calls for
-        # (it reports Haswell on this Zen 4 VM, whose AVX-512 kernels are
-        # SkylakeX's and Cooperlake's).
-        avx512 = "avx512f" in isa
-        forced = "Haswell" if a.isa == "avx2" or not avx512 else "Cooperlake"
-        xisa = "avx2" if a.isa == "avx2" else None
+        # OpenBLAS's own detection, and the kernel this CPU's ISA calls for.
+        xisa, coretypes = isa_settings(a.isa, isa)
         tokens = BATCH * SEQ * a.steps
         rows = []
         for threads in (1, 2):
@@ -219,7 +186,7 @@ def main():
                     times.append(float(re.search(r"steps on the mesh in (\S+) s", out).group(1)))
                 rows.append((f"xshard, 2x2 thread mesh ({layout}), 4 device threads", statistics.median(times), ""))
         for threads in (1, 2):
-            for coretype in ([None, forced] if a.isa == "best" else [forced]):
+            for coretype in coretypes:
                 runs = [torch_run(init_file, a.steps, threads, coretype) for _ in range(a.repeats)]
                 how = f"OPENBLAS_CORETYPE={coretype}" if coretype else "OpenBLAS's own detection"
                 label = f"PyTorch eager, {threads} thread{'s' if threads > 1 else ''}, {how} ({runs[0][1]})"
