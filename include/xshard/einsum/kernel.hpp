@@ -214,8 +214,10 @@ void pack_a(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t i0, std::
 
 /// Packs k [p0, p0 + kc) x columns [j0, j0 + nc) of B into NR-column panels
 /// (panel c holds b[p * NR + j]; zero columns past nc). Row by row when N
-/// has unit stride, column by column (contiguous reads along K) otherwise.
-template <class T, int NR>
+/// has unit stride, column by column (contiguous reads along K) otherwise;
+/// with X86Transpose (the x86 kernels), float columns contiguous along K
+/// go eight by eight through register transposes (pack_columns_avx2).
+template <class T, int NR, bool X86Transpose = false>
 void pack_b(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t p0, std::size_t kc, std::size_t j0,
             std::size_t nc, T* out, const stride_info& n_stride, const stride_info& k_stride) {
   for (std::size_t c = 0; c < nc; c += NR) {
@@ -234,6 +236,16 @@ void pack_b(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t p0, std::
       }
       continue;
     }
+#if XSHARD_GEMM_X86
+    if constexpr (X86Transpose && std::is_same_v<T, float>) {
+      if (width == static_cast<std::size_t>(NR) && k_stride.uniform && k_stride.stride == 1) {
+        const T* cols[NR];
+        for (int jj = 0; jj < NR; ++jj) cols[jj] = g.b + base + g.b_n[j0 + c + static_cast<std::size_t>(jj)] + p0;
+        pack_columns_avx2<NR>(cols, kc, panel);
+        continue;
+      }
+    }
+#endif
     for (std::size_t jj = 0; jj < static_cast<std::size_t>(NR); ++jj) {
       T* dst = panel + jj;
       if (jj >= width) {
@@ -386,7 +398,7 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
       const std::size_t nc = std::min(NC, r.n1 - j0);
       for (std::size_t p0 = 0; p0 < K; p0 += KC) {
         const std::size_t kc = std::min(KC, K - p0);
-        pack_b<T, NR>(g, g.b_batch[bi], p0, kc, j0, nc, st.bp, st.n_b, st.k_b);
+        pack_b<T, NR, Kernel::x86_packing>(g, g.b_batch[bi], p0, kc, j0, nc, st.bp, st.n_b, st.k_b);
         for (std::size_t i0 = r.m0; i0 < r.m1; i0 += MC) {
           const std::size_t mc = std::min(MC, r.m1 - i0);
           if (!st.direct_a) pack_a<T, MR>(g, g.a_batch[bi], i0, mc, p0, kc, st.ap, st.m_a, st.k_a);
@@ -429,6 +441,8 @@ struct gemm_by_arch {
   template <class Ops>
   struct kernel {
     static constexpr int mr = Ops::rows, nr = 2 * Ops::template lanes<T>;
+    /// Whether B's columns are packed with the x86 (AVX2) transposes.
+    static constexpr bool x86_packing = !std::is_same_v<Ops, xsimd_ops>;
     static void run(int rows, std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c,
                     bool add) {
       if constexpr (mr > 9)
