@@ -10,7 +10,6 @@
 // at the start of a training program; it is process-wide (glibc's
 // mallopt), which is why the library never calls it itself.
 //
-// Example, compiled in tests/compile/doc_sharding.cpp:
 //   xshard::retain_freed_memory();   // false where the allocator is not glibc's
 #pragma once
 

@@ -2,7 +2,6 @@
 // arrays over a thread mesh, written as torch_xla and JAX users write
 // programs, outside any SPMD body.
 //
-// Example, compiled in tests/compile/doc_spmd.cpp:
 //   xshard::thread_mesh<M> mesh;
 //   auto X = xshard::distribute<spec<"data, None, None">>(mesh, x);  // every device's block
 //   auto W = xshard::distribute<spec<"model, None">>(mesh, w);
