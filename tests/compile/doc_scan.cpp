@@ -18,9 +18,9 @@
 #include <xshard/scan/scan_layers_unrolled.hpp>
 #include <xtensor/xtensor.hpp>
 
-// The step of scan_grad.hpp's example declares forward and vjp without
-// defining them: outside the unnamed namespace they may stay undefined.
 // clang-format off
+// --- xshard/scan/scan_grad.hpp --- The step declares forward and vjp without
+// defining them: outside the unnamed namespace they may stay undefined.
 namespace doc_scan_grad_hpp {
 using mat = xt::xtensor<float, 2>;
 using vec = xt::xtensor<float, 1>;
