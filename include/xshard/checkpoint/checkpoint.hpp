@@ -5,6 +5,7 @@
 // blocks its own sharding gives it. Needs <hdf5.h>: link xshard::hdf5
 // (which defines XSHARD_WITH_HDF5, so xshard/xshard.hpp includes this).
 //
+// Example (compiled in tests/compile/doc_checkpoint.cpp):
 //   devices.run([&](auto& dev) {                       // thread_mesh or mpi_mesh
 //     xshard::checkpoint_writer w(dev, "run/ckpt.h5", step);
 //     w.add_tuple("params", params, Block::param_names);   // plain or sharded tensors

@@ -1,5 +1,6 @@
 // xshard/core/fixed_string.hpp - string literals as template arguments.
 //
+// Example (compiled in tests/compile/doc_core.cpp):
 //   template <xshard::fixed_string Text> struct mesh;     // mesh<"data=4, model=2">
 //   static_assert(xshard::fixed_string("ab") == "ab");
 //

@@ -10,6 +10,7 @@
 // at the start of a training program; it is process-wide (glibc's
 // mallopt), which is why the library never calls it itself.
 //
+// Example (compiled in tests/compile/doc_core.cpp):
 //   xshard::retain_freed_memory();   // false where the allocator is not glibc's
 #pragma once
 

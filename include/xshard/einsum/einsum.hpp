@@ -1,5 +1,6 @@
 // xshard/einsum/einsum.hpp - einsum over xtensor: typed and run-time faces.
 //
+// Example (compiled in tests/compile/doc_einsum.cpp):
 //   xt::xtensor<float, 3> y = xshard::einsum<"...n,mn->...m">(x, w);  // checked at compile time
 //   xt::xarray<float> y2 = xshard::einsum("...n,mn->...m", x, w);      // same parser, at run time
 //   xshard::einsum_into<"bij,bjk->bik">(out, a, b);                   // no allocation

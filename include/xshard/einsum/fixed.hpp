@@ -2,6 +2,7 @@
 // the plan is a constant, the loops have constant bounds, nothing is
 // allocated.
 //
+// Example (compiled in tests/compile/doc_einsum.cpp):
 //   xt::xtensor_fixed<float, xt::xshape<8, 8>> a, b, c;
 //   xshard::einsum_into<"ij,jk->ik">(c, a, b);   // this path: no allocation
 //

@@ -3,9 +3,10 @@
 // For y = einsum(eq, x0, ..., xn-1) and operand i, dL/dxi is an einsum of
 // the output gradient and the other operands whose output is xi's term:
 //
-//   einsum_grad<"...n,mn->...m", 0>() == "...m,mn->...n"    (dx of linear)
-//   einsum_grad<"...n,mn->...m", 1>() == "...m,...n->mn"    (dW of linear)
-//   broadcast_grad<"...m", "m">()     == "...m->m"          (db of a bias add)
+// Example (compiled in tests/compile/doc_einsum.cpp):
+//   static_assert(xshard::einsum_grad<"...n,mn->...m", 0>() == "...m,mn->...n");  // dx of linear
+//   static_assert(xshard::einsum_grad<"...n,mn->...m", 1>() == "...m,...n->mn");  // dW of linear
+//   static_assert(xshard::broadcast_grad<"...m", "m">() == "...m->m");            // db of a bias add
 //
 // The equation's output is xi's term with what einsum cannot write removed:
 // a repeated letter (a diagonal) appears once, and letters (or the ellipsis)

@@ -3,6 +3,7 @@
 // remat policies, the collectives of both passes as constants, and the
 // layer protocol (nn/layer.hpp) for scan_layers.
 //
+// Example (compiled in tests/compile/doc_graph.cpp):
 //   struct mlp_def {
 //     using input = xt::xtensor<float, 2>;
 //     using params = std::tuple<xt::xtensor<float, 2>, xt::xtensor<float, 1>>;

@@ -3,6 +3,7 @@
 // operands are nodes; leaves are the layer's input and parameters (arg<I>).
 // Writing the forward builds the type; nothing is computed:
 //
+// Example (compiled in tests/compile/doc_graph.cpp):
 //   template <class X, class W1, class B1, class W2, class B2>
 //   static auto forward(X x, W1 w1, B1 b1, W2 w2, B2 b2) {
 //     using namespace xshard::graph;

@@ -2,6 +2,7 @@
 // run-time (`runtime_mesh`), with torch_xla's Mesh rules, plus the global
 // default mesh and the 1-D mesh helper.
 //
+// Example (compiled in tests/compile/doc_mesh.cpp):
 //   using M = xshard::mesh<"data=4, model=2">;           // devices 0..7, row-major
 //   using M2 = xshard::mesh<"x=4, y=2", 7, 6, 5, 4, 3, 2, 1, 0>;
 //   static_assert(M::size() == 8 && M::axis_index("model") == 1);

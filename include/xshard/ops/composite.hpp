@@ -6,6 +6,7 @@
 //   xshard.layer_norm, xshard.layer_norm_backward ops/layer_norm.hpp
 //   xshard.rms_norm, xshard.rms_norm_backward     ops/rms_norm.hpp
 //
+// Example (compiled in tests/compile/doc_ops.cpp):
 //   auto y  = xshard::gelu(x, "tanh");                    // policy's choice
 //   auto y2 = xshard::gelu(x, xshard::gelu_approximate::tanh,
 //                          xshard::composite_mode::decompose);  // forced

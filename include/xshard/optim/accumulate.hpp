@@ -1,6 +1,7 @@
 // xshard/optim/accumulate.hpp - gradient accumulation over micro-batches,
 // the synchronisation mode part of the type:
 //
+// Example (compiled in tests/compile/doc_optim.cpp):
 //   xshard::grad_accumulator<G, xshard::grad_sync::at_end> acc;   // G: gradients partial over "data"
 //   for (auto& mb : micro_batches) acc.add(local_gradient(mb));    // no communication
 //   opt.step(params, acc.mean());   // still partial: the optimizer reduces once (all-reduce or ZeRO's

@@ -4,6 +4,7 @@
 // optimizer states over a data axis. Every collective a step runs is known
 // from the types alone: optimizer<...>::plan<Grads>(clipping) is constexpr.
 //
+// Example (compiled in tests/compile/doc_optim.cpp):
 //   using P = xshard::stacked_params<Block>;                      // or any tuple of tensors
 //   xshard::optimizer<xshard::adamw, P> opt({.lr = 1e-3}, params, {.max_grad_norm = 1.0});
 //   opt.step(params, grads);                                      // grads: P, or P partial over "data"

@@ -2,8 +2,9 @@
 // of parameter (or gradient) tensors: plain `xt::xtensor<T, R>` on one device,
 // or `sharded<T, R, M, S, Partial>` inside an SPMD body (spmd/sharded.hpp).
 //
-//   using P = std::tuple<xshard::sharded<float, 2, M, spec<"model, None">>,
-//                        xshard::sharded<float, 1, M, spec<"None">>>;
+// Example (compiled in tests/compile/doc_optim.cpp):
+//   using P = std::tuple<xshard::sharded<float, 2, M, xshard::spec<"model, None">>,
+//                        xshard::sharded<float, 1, M, xshard::spec<"None">>>;
 //   static_assert(xshard::optim_tuple<P>);
 //
 // A tuple is all plain or all sharded on one mesh, with one element type

@@ -2,9 +2,12 @@
 // (spmd/global.hpp): the stack runs on every device of the thread mesh the
 // arrays live on, with its planned collectives.
 //
-//   auto W1 = xshard::distribute<spec<"None, model, None">>(mesh, stacked_w1);  // [layers, f, d]
-//   ...
-//   auto Y = xshard::scan_layers(block, std::tuple{W1, B1, W2, B2}, X);           // a global
+// Example (compiled in tests/compile/doc_scan.cpp):
+//   xshard::mlp_block<float, xshard::data_model_mlp<M>> block;                      // Megatron on data x model
+//   auto W1 = xshard::distribute<xshard::spec<"None, model, None">>(mesh, stacked_w1);  // [layers, f, d]
+//   // ... B1, W2 and B2 alike: each the layer's spec with an unsharded leading dim
+//   auto params = std::tuple{W1, B1, W2, B2};
+//   auto Y = xshard::scan_layers(block, params, X);                                      // a global
 //   auto [grads, dX] = xshard::scan_layers_vjp(block, params, X, GY, xshard::remat::dots_saveable);
 #pragma once
 

@@ -1,5 +1,6 @@
 // xshard/scan/scan.hpp - JAX's lax.scan over xtensor values.
 //
+// Example (compiled in tests/compile/doc_scan.cpp):
 //   auto [final, ys] = xshard::scan(
 //       [](const xt::xtensor<float, 1>& c, const xt::xtensor<float, 1>& x) {
 //         xt::xtensor<float, 1> next = c + x;

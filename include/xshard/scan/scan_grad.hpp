@@ -1,6 +1,7 @@
 // xshard/scan/scan_grad.hpp - gradients of xshard::scan (JAX's lax.scan VJP)
 // for steps that carry their own vjp, with rematerialisation policies.
 //
+// Example (compiled in tests/compile/doc_scan.cpp):
 //   struct rnn_step {                                   // satisfies xshard::scan_step
 //     using params = std::tuple<mat, mat, vec>;         // W [n,n], U [n,m], b [n]: shared by every step
 //     using carry = mat;                                // h [b,n]

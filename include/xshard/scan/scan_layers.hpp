@@ -2,6 +2,7 @@
 // one layer type, its parameters stacked on a leading dim, run as a run-time
 // loop, forward and backward, with rematerialisation policies.
 //
+// Example (compiled in tests/compile/doc_scan.cpp):
 //   xshard::linear_layer<float> L;
 //   auto stacked = xshard::stack_params<decltype(L)>(per_layer_params);  // tensors gain a leading layer dim
 //   auto y = xshard::scan_layers(L, stacked, x);                          // a run-time loop over layers

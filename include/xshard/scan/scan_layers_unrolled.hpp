@@ -2,6 +2,7 @@
 // boost::hana::tuple of layers (nn/layer.hpp; each its own type, params a
 // hana::tuple of their params), unrolled at compile time.
 //
+// Example (compiled in tests/compile/doc_scan.cpp):
 //   auto layers = boost::hana::make_tuple(L1{}, L2{}, L3{});
 //   auto params = boost::hana::make_tuple(p1, p2, p3);  // L1::params, L2::params, L3::params
 //   auto y = xshard::scan_layers(layers, params, x);

@@ -1,6 +1,7 @@
 // xshard/sharding/sdy.hpp - Shardy text (the MLIR `sdy` dialect JAX uses
 // since it moved off GSPMD) for a (mesh, spec): printing and parsing.
 //
+// Example (compiled in tests/compile/doc_sharding.cpp):
 //   using M = xshard::mesh<"data=4, model=2">;
 //   static_assert(xshard::sdy_mesh<M>() == R"(sdy.mesh @mesh = <["data"=4, "model"=2]>)");
 //   static_assert(xshard::sdy_sharding<M, xshard::spec<"data, None">>() == R"(#sdy.sharding<@mesh, [{"data"}, {}]>)");

@@ -1,9 +1,10 @@
 // xshard/sharding/shardable.hpp - can a tensor type be sharded by (M, S)?
 //
+// Example (compiled in tests/compile/doc_sharding.cpp):
 //   static_assert(xshard::shardable<M, xshard::spec<"data, None">, xt::xtensor<float, 2>>);
 //   static_assert(!xshard::shardable<M, xshard::spec<"data">, xt::xtensor<float, 2>>);
 //   static_assert(xshard::evenly_shardable<M, S, xt::xtensor_fixed<float, xt::xshape<8, 6>>>);
-//   xshard::check_shardable<M, S, T>();  // compile error naming both ranks, or the dim
+//   static_assert(xshard::check_shardable<M, S, T>());  // else a compile error naming both ranks, or the dim
 //
 // The concepts are quiet (usable in `requires` and overload sets); the
 // check_* functions report the offender. Tensor types are recognised without

@@ -1,6 +1,7 @@
 // xshard/sharding/sharding.hpp - the typed face of the sharding engine: the
 // OpSharding and XLA text of a (mesh, spec) pair as compile-time constants.
 //
+// Example (compiled in tests/compile/doc_sharding.cpp):
 //   using M = xshard::mesh<"data=4, model=2">;
 //   using S = xshard::spec<"data, None">;
 //   static_assert(xshard::hlo_sharding<M, S>() ==

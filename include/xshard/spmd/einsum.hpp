@@ -1,6 +1,7 @@
 // xshard/spmd/einsum.hpp - einsum on sharded tensors, its output sharding
 // and collectives decided at compile time.
 //
+// Example (compiled in tests/compile/doc_spmd.cpp):
 //   using M = xshard::mesh<"data=2, model=2">;
 //   constexpr auto plan = xshard::einsum_plan<"...n,mn->...m", M, xshard::spec<"data, None, None">,
 //                                             xshard::spec<"model, None">>();

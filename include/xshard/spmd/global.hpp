@@ -2,9 +2,10 @@
 // arrays over a thread mesh, written as torch_xla and JAX users write
 // programs, outside any SPMD body.
 //
+// Example (compiled in tests/compile/doc_spmd.cpp):
 //   xshard::thread_mesh<M> mesh;
-//   auto X = xshard::distribute<spec<"data, None, None">>(mesh, x);  // every device's block
-//   auto W = xshard::distribute<spec<"model, None">>(mesh, w);
+//   auto X = xshard::distribute<xshard::spec<"data, None, None">>(mesh, x);  // every device's block
+//   auto W = xshard::distribute<xshard::spec<"model, None">>(mesh, w);
 //   xt::xtensor<float, 3> y = xshard::gather(xshard::einsum<"...n,mn->...m">(X, W));
 //
 // A global<T, R, M, S> holds every device's block of a tensor laid out by

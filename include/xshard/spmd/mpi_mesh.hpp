@@ -1,6 +1,7 @@
 // xshard/spmd/mpi_mesh.hpp - the MPI backend: one MPI rank per device of a
 // typed mesh (device position = rank in MPI_COMM_WORLD).
 //
+// Example (compiled in tests/compile/doc_spmd.cpp):
 //   using M = xshard::mesh<"data=2, model=2">;
 //   int main() {                               // mpiexec -n 4 ./program
 //     xshard::mpi_mesh<M> devices;             // initialises MPI if needed

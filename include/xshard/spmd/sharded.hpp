@@ -2,6 +2,7 @@
 // mesh, inside an SPMD body (the function a thread_mesh or mpi_mesh runs
 // once per device):
 //
+// Example (compiled in tests/compile/doc_spmd.cpp):
 //   xshard::thread_mesh<M> devices;
 //   devices.run([&](auto& dev) {
 //     auto x = xshard::distribute<xshard::spec<"data, None">>(dev, global_x);  // no traffic

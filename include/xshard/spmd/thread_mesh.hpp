@@ -1,6 +1,7 @@
 // xshard/spmd/thread_mesh.hpp - the embedded backend: one thread per device
 // of a typed mesh, collectives through shared memory.
 //
+// Example (compiled in tests/compile/doc_spmd.cpp):
 //   using M = xshard::mesh<"data=4, model=2">;
 //   xshard::thread_mesh<M> devices;          // starts 8 worker threads, kept for later runs
 //   devices.run([&](auto& dev) {              // dev: xshard::thread_device<M>&, on its own thread

@@ -1,5 +1,6 @@
 // xshard/trace/trace.hpp - trace_me scopes and a Chrome-trace / Perfetto JSON writer.
 //
+// Example (compiled in tests/compile/doc_trace.cpp):
 //   xshard::tracer::instance().start();
 //   {
 //     xshard::trace_device_scope d(3);              // this thread works for device 3
