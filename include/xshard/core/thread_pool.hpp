@@ -90,13 +90,7 @@ class thread_pool {
     const auto finished = [&] {
       return done_.load(std::memory_order_acquire) == n && active_.load(std::memory_order_acquire) == 0;
     };
-    spin_until(finished);
-    std::unique_lock lock(mu_);
-    if (!finished()) {
-      ++waiters_;
-      finished_.wait(lock, finished);
-      --waiters_;
-    }
+    const std::unique_lock lock = spin_then_wait(finished, finished_, waiters_);
     job_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
@@ -115,6 +109,20 @@ class thread_pool {
       }
       if (std::chrono::steady_clock::now() >= until) return pred();
     }
+  }
+  /// Spins until pred(), then sleeps on cv until it holds (counted in
+  /// `sleeping`, so a notifier can skip the wake-up when nobody sleeps).
+  /// Returns holding mu_.
+  template <class Pred>
+  std::unique_lock<std::mutex> spin_then_wait(const Pred& pred, std::condition_variable& cv, std::size_t& sleeping) {
+    spin_until(pred);
+    std::unique_lock lock(mu_);
+    if (!pred()) {
+      ++sleeping;
+      cv.wait(lock, pred);
+      --sleeping;
+    }
+    return lock;
   }
   static void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -152,14 +160,8 @@ class thread_pool {
     while (true) {
       const std::function<void(std::size_t)>* job = nullptr;
       std::size_t total = 0;
-      spin_until(called);
       {
-        std::unique_lock lock(mu_);
-        if (!called()) {
-          ++sleepers_;
-          cv_.wait(lock, called);
-          --sleepers_;
-        }
+        const std::unique_lock lock = spin_then_wait(called, cv_, sleepers_);
         if (stop_.load(std::memory_order_relaxed)) return;
         seen = generation_.load(std::memory_order_relaxed);
         if (job_ == nullptr) continue;  // woke after that call had finished
