@@ -475,6 +475,10 @@ TEST(ShardingErrors, DuplicateAxisNames) {
   EXPECT_XSHARD_ERROR(runtime_mesh m({0, 1, 2, 3}, {2, 2}, {"y", "y"}), {"duplicate axis name 'y'"});
 }
 
+TEST(ShardingErrors, TooManyDevicesNamesTheCountAndTheLimit) {
+  EXPECT_XSHARD_ERROR(runtime_mesh m("a=4096, b=8192"), {"too many mesh devices: 33554432 (at most 16777216)"});
+}
+
 TEST(ShardingErrors, DuplicateDeviceIds) {
   EXPECT_XSHARD_ERROR(runtime_mesh m("x=4", {0, 1, 1, 3}), {"duplicate device id 1 in mesh"});
   EXPECT_XSHARD_ERROR(runtime_mesh m({2, 0, 2, 1}, {2, 2}, {"a", "b"}), {"duplicate device id 2"});

@@ -123,6 +123,9 @@ constexpr void axis_names_mismatch(text_builder& t, const diagnostic& d, std::st
 constexpr void too_many_axes(text_builder& t, const diagnostic& d, std::string_view) {
   t << error_summary(errc::too_many_axes) << ": " << d.a << " (at most " << d.b << ")";
 }
+constexpr void too_many_devices(text_builder& t, const diagnostic& d, std::string_view) {
+  t << error_summary(errc::too_many_devices) << ": " << d.a << " (at most " << d.b << ")";
+}
 constexpr void bad_axis_size(text_builder& t, const diagnostic& d, std::string_view) {
   t << "mesh axis '" << d.name.view() << "' has size " << d.a << "; sizes must be >= 1";
 }

@@ -125,7 +125,7 @@ constexpr diagnostic append_axis(mesh_axes& axes, const mesh_axis& axis, std::in
   }
   product *= axis.size;
   if (product > max_mesh_devices) {
-    d.code = errc::device_count_mismatch;
+    d.code = errc::too_many_devices;
     d.a = product;
     d.b = max_mesh_devices;
     return d;
