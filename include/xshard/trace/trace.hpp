@@ -501,12 +501,23 @@ class tracer {
       if (!buffer->thread_name.empty()) snap.thread_names.emplace_back(buffer->tid, buffer->thread_name);
     }
     for (trace_event& e : snap.events) e.ts_ns -= epoch_ns_;
-    std::stable_sort(snap.events.begin(), snap.events.end(), [](const trace_event& a, const trace_event& b) {
+    // Sorted through their indices, ties broken by the index: the order of
+    // a stable sort, without instantiating one over trace_event.
+    const std::vector<trace_event>& ev = snap.events;
+    std::vector<std::size_t> order(ev.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&ev](std::size_t x, std::size_t y) {
+      const trace_event &a = ev[x], &b = ev[y];
       if (a.device != b.device) return a.device < b.device;
       if (a.tid != b.tid) return a.tid < b.tid;
       if (a.ts_ns != b.ts_ns) return a.ts_ns < b.ts_ns;
-      return a.dur_ns > b.dur_ns;
+      if (a.dur_ns != b.dur_ns) return a.dur_ns > b.dur_ns;
+      return x < y;
     });
+    std::vector<trace_event> sorted;
+    sorted.reserve(order.size());
+    for (const std::size_t i : order) sorted.push_back(std::move(snap.events[i]));
+    snap.events = std::move(sorted);
     return snap;
   }
 
