@@ -248,7 +248,7 @@ XSHARD_SIMD_AVX512 m512 mm512_set1_ps(float a) {
 }
 XSHARD_SIMD_AVX512 m512d mm512_set1_pd(double a) { return __extension__(m512d)(gcc::v8df){a, a, a, a, a, a, a, a}; }
 XSHARD_SIMD_AVX512 m512i mm512_set1_epi32(int a) {
-  return (m512i)(gcc::v16si){a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a};
+  return __extension__(m512i)(gcc::v16si){a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a};
 }
 XSHARD_SIMD_AVX512 m512 mm512_add_ps(m512 a, m512 b) { return (m512)((gcc::v16sf)a + (gcc::v16sf)b); }
 XSHARD_SIMD_AVX512 m512d mm512_add_pd(m512d a, m512d b) { return (m512d)((gcc::v8df)a + (gcc::v8df)b); }
