@@ -92,9 +92,17 @@ inline label_strides output_strides_by_label(std::span<const int> labels, std::s
 
 /// Orders a label group by decreasing |stride| in `s`, so the last label
 /// (the fastest in the offset tables) has the smallest stride.
+/// An insertion sort: stable like std::stable_sort, so the same order, and a
+/// group is a few labels (std::stable_sort here cost every including TU
+/// its instantiation).
 inline void sort_by_stride(std::vector<int>& labels, const label_strides& s) {
   auto abs_stride = [&s](int id) { return s.s[id] < 0 ? -s.s[id] : s.s[id]; };
-  std::stable_sort(labels.begin(), labels.end(), [&](int x, int y) { return abs_stride(x) > abs_stride(y); });
+  for (std::size_t i = 1; i < labels.size(); ++i) {
+    const int x = labels[i];
+    std::size_t j = i;
+    for (; j > 0 && abs_stride(x) > abs_stride(labels[j - 1]); --j) labels[j] = labels[j - 1];
+    labels[j] = x;
+  }
 }
 
 /// Offset tables of a label group for several operands (odometer order:

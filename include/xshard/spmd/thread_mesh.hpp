@@ -37,7 +37,6 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -147,7 +146,11 @@ class thread_mesh_state {
   thread_rendezvous& rendezvous(axis_set axes, std::int64_t position) {
     const std::int64_t group = group_index(shape(), axes, position);
     std::lock_guard lock(mu_);
-    auto& slot = groups_[{axes, group}];
+    std::unique_ptr<thread_rendezvous>* found = nullptr;
+    for (group_entry& e : groups_)
+      if (e.axes == axes && e.group == group) found = &e.rendezvous;
+    if (!found) found = &groups_.emplace_back(group_entry{axes, group, nullptr}).rendezvous;
+    std::unique_ptr<thread_rendezvous>& slot = *found;
     if (!slot) {
       std::vector<std::int64_t> members;
       const std::int64_t n = group_size(shape(), axes);
@@ -164,7 +167,7 @@ class thread_mesh_state {
     for (std::size_t p = 0; p < ids_.size(); ++p) left_[p].store(false);
     poisoned_.store(false);
     poison_message_.clear();
-    for (auto& [key, r] : groups_) r->reset();
+    for (group_entry& e : groups_) e.rendezvous->reset();
   }
   /// Device `position` failed with `what`: later collectives throw. The
   /// first failure names the poison.
@@ -185,7 +188,7 @@ class thread_mesh_state {
   void leave(std::int64_t position) {
     left_[static_cast<std::size_t>(position)].store(true);
     std::lock_guard lock(mu_);
-    for (auto& [key, r] : groups_) r->wake();
+    for (group_entry& e : groups_) e.rendezvous->wake();
   }
   bool left(std::int64_t position) const { return left_[static_cast<std::size_t>(position)].load(); }
 
@@ -195,7 +198,14 @@ class thread_mesh_state {
   static_vector<std::int64_t, max_mesh_axes> shape_{};
   bool spin_ = false;
   std::mutex mu_;  // groups_, poison_message_
-  std::map<std::pair<axis_set, std::int64_t>, std::unique_ptr<thread_rendezvous>> groups_;
+  // The groups met so far, in the order first met (a list, not a std::map:
+  // a run meets a few, and every including TU paid for the map).
+  struct group_entry {
+    axis_set axes;
+    std::int64_t group;
+    std::unique_ptr<thread_rendezvous> rendezvous;
+  };
+  std::vector<group_entry> groups_;
   std::unique_ptr<std::atomic<bool>[]> left_;
   std::atomic<bool> poisoned_{false};
   std::string poison_message_;

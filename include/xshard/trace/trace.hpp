@@ -66,14 +66,11 @@
 #include <cstdlib>
 #include <exception>
 #include <initializer_list>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <ostream>
-#include <set>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -115,14 +112,18 @@ class trace_arg_view {
       : key_(key), value_(convert(value)) {}
 
   trace_arg to_arg() const {
-    return std::visit(
-        [&](const auto& v) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string_view>)
-            return trace_arg{std::string(key_), trace_value(std::string(v))};
-          else
-            return trace_arg{std::string(key_), trace_value(v)};
-        },
-        value_);
+    // A switch on the index rather than std::visit: the same result, and
+    // much less for every including TU to instantiate.
+    switch (value_.index()) {
+      case 0:
+        return trace_arg{std::string(key_), trace_value(std::in_place_index<0>, *std::get_if<0>(&value_))};
+      case 1:
+        return trace_arg{std::string(key_), trace_value(std::in_place_index<1>, *std::get_if<1>(&value_))};
+      case 2:
+        return trace_arg{std::string(key_), trace_value(std::in_place_index<2>, *std::get_if<2>(&value_))};
+      default:
+        return trace_arg{std::string(key_), trace_value(std::in_place_index<3>, *std::get_if<3>(&value_))};
+    }
   }
 
  private:
@@ -305,28 +306,26 @@ inline void append_us(std::string& out, std::int64_t ns) {
 /// A JSON value; non-finite doubles (not JSON numbers) become the strings
 /// "NaN", "Infinity", "-Infinity".
 inline void append_json_value(std::string& out, const trace_value& value) {
-  std::visit(
-      [&](const auto& v) {
-        using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, bool>) {
-          out += v ? "true" : "false";
-        } else if constexpr (std::is_same_v<T, std::int64_t>) {
-          append_int(out, v);
-        } else if constexpr (std::is_same_v<T, double>) {
-          if (std::isnan(v)) {
-            out += "\"NaN\"";
-          } else if (std::isinf(v)) {
-            out += v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
-          } else {
-            char buf[32];
-            const auto r = std::to_chars(buf, buf + sizeof buf, v);
-            out.append(buf, r.ptr);
-          }
-        } else {
-          append_json_string(out, v);
-        }
-      },
-      value);
+  if (const bool* b = std::get_if<bool>(&value)) {
+    out += *b ? "true" : "false";
+  } else if (const std::int64_t* i = std::get_if<std::int64_t>(&value)) {
+    append_int(out, *i);
+  } else if (const double* d = std::get_if<double>(&value)) {
+    const double v = *d;
+    if (std::isnan(v)) {
+      out += "\"NaN\"";
+    } else if (std::isinf(v)) {
+      out += v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+    } else {
+      char buf[32];
+      const auto r = std::to_chars(buf, buf + sizeof buf, v);
+      out.append(buf, r.ptr);
+    }
+  } else if (const std::string* s = std::get_if<std::string>(&value)) {
+    append_json_string(out, *s);
+  } else {
+    throw std::bad_variant_access();  // valueless, as std::visit would
+  }
 }
 
 }  // namespace detail
@@ -390,12 +389,14 @@ class tracer {
       first = false;
     };
     // Metadata: each device seen is a process, each (device, thread) a thread.
-    std::set<int> devices;
-    std::set<std::pair<int, std::uint32_t>> threads;
-    for (const trace_event& e : snap.events) {
-      devices.insert(e.device);
-      threads.emplace(e.device, e.tid);
-    }
+    // The pairs sort as device * 2^32 + tid (tid < 2^32): by device, then tid.
+    std::vector<std::int64_t> threads;
+    threads.reserve(snap.events.size());
+    for (const trace_event& e : snap.events) threads.push_back(e.device * (std::int64_t{1} << 32) + e.tid);
+    std::sort(threads.begin(), threads.end());
+    threads.erase(std::unique(threads.begin(), threads.end()), threads.end());
+    const auto device_of = [](std::int64_t key) { return static_cast<int>(key >> 32); };
+    const auto tid_of = [](std::int64_t key) { return static_cast<std::uint32_t>(key & 0xFFFFFFFF); };
     const auto metadata = [&](std::string_view name, int pid, std::uint32_t tid, std::string_view arg) {
       next();
       out += "{\"name\":";
@@ -408,7 +409,9 @@ class tracer {
       out += arg;
       out += "}}";
     };
-    for (const int d : devices) {
+    for (std::size_t i = 0; i < threads.size(); ++i) {
+      const int d = device_of(threads[i]);
+      if (i > 0 && device_of(threads[i - 1]) == d) continue;
       std::string arg = "\"name\":";
       detail::append_json_string(arg, "device " + std::to_string(d));
       metadata("process_name", d, 0, arg);
@@ -416,11 +419,14 @@ class tracer {
       detail::append_int(arg, d);
       metadata("process_sort_index", d, 0, arg);
     }
-    for (const auto& [d, tid] : threads) {
-      const auto named = snap.thread_names.find(tid);
+    for (const std::int64_t key : threads) {
+      const int d = device_of(key);
+      const std::uint32_t tid = tid_of(key);
+      const std::string* named = nullptr;
+      for (const auto& [t, name] : snap.thread_names)
+        if (t == tid) named = &name;
       std::string arg = "\"name\":";
-      detail::append_json_string(arg,
-                                 named != snap.thread_names.end() ? named->second : "thread " + std::to_string(tid));
+      detail::append_json_string(arg, named != nullptr ? *named : "thread " + std::to_string(tid));
       metadata("thread_name", d, tid, arg);
       arg = "\"sort_index\":";
       detail::append_int(arg, tid);
@@ -458,7 +464,7 @@ class tracer {
 
   struct trace_snapshot {
     std::vector<trace_event> events;
-    std::map<std::uint32_t, std::string> thread_names;
+    std::vector<std::pair<std::uint32_t, std::string>> thread_names;  // the named threads
   };
 
   /// Reads XSHARD_TRACE (see the top of this file): tracing starts with the
@@ -491,13 +497,27 @@ class tracer {
     trace_snapshot snap;
     for (const auto& buffer : buffers) {
       std::lock_guard lock(buffer->mu);
-      snap.events.insert(snap.events.end(), buffer->events.begin(), buffer->events.end());
-      if (!buffer->thread_name.empty()) snap.thread_names.emplace(buffer->tid, buffer->thread_name);
+      for (const trace_event& e : buffer->events) snap.events.push_back(e);
+      if (!buffer->thread_name.empty()) snap.thread_names.emplace_back(buffer->tid, buffer->thread_name);
     }
     for (trace_event& e : snap.events) e.ts_ns -= epoch_ns_;
-    std::stable_sort(snap.events.begin(), snap.events.end(), [](const trace_event& a, const trace_event& b) {
-      return std::tuple(a.device, a.tid, a.ts_ns, b.dur_ns) < std::tuple(b.device, b.tid, b.ts_ns, a.dur_ns);
+    // Sorted through their indices, ties broken by the index: the order of
+    // a stable sort, without instantiating one over trace_event.
+    const std::vector<trace_event>& ev = snap.events;
+    std::vector<std::size_t> order(ev.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&ev](std::size_t x, std::size_t y) {
+      const trace_event &a = ev[x], &b = ev[y];
+      if (a.device != b.device) return a.device < b.device;
+      if (a.tid != b.tid) return a.tid < b.tid;
+      if (a.ts_ns != b.ts_ns) return a.ts_ns < b.ts_ns;
+      if (a.dur_ns != b.dur_ns) return a.dur_ns > b.dur_ns;
+      return x < y;
     });
+    std::vector<trace_event> sorted;
+    sorted.reserve(order.size());
+    for (const std::size_t i : order) sorted.push_back(std::move(snap.events[i]));
+    snap.events = std::move(sorted);
     return snap;
   }
 

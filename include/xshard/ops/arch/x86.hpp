@@ -19,15 +19,15 @@
 
 #if XSHARD_X86_KERNELS
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <limits>
 
-// GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_* operands
-// as maybe uninitialized once inlined (GCC bug 105593).
+#include "../../core/x86_simd.hpp"
+
+// GCC 12 reports the undefined pass-through operands of AVX-512 operations
+// (core/x86_simd.hpp) as maybe uninitialized once inlined (GCC bug 105593).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -40,65 +40,69 @@ namespace xshard::detail::x86 {
 #define XSHARD_X86_INLINE __attribute__((always_inline)) inline
 
 struct avx512_f32 {
-  using V = __m512;
+  using V = simd::m512;
   static constexpr std::size_t lanes = 16;
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V set1(float v) { return _mm512_set1_ps(v); }
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V load(const float* p) { return _mm512_loadu_ps(p); }
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V add(V a, V b) { return _mm512_add_ps(a, b); }
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V div(V a, V b) { return _mm512_div_ps(a, b); }
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V fnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V abs(V a) { return _mm512_abs_ps(a); }
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V set1(float v) { return simd::mm512_set1_ps(v); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V load(const float* p) { return simd::mm512_loadu_ps(p); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static void store(float* p, V v) { simd::mm512_storeu_ps(p, v); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V add(V a, V b) { return simd::mm512_add_ps(a, b); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V sub(V a, V b) { return simd::mm512_sub_ps(a, b); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V mul(V a, V b) { return simd::mm512_mul_ps(a, b); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V div(V a, V b) { return simd::mm512_div_ps(a, b); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V fma(V a, V b, V c) { return simd::mm512_fmadd_ps(a, b, c); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V fnma(V a, V b, V c) { return simd::mm512_fnmadd_ps(a, b, c); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V abs(V a) { return simd::mm512_abs_ps(a); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V max(V a, V b) { return simd::mm512_max_ps(a, b); }
   /// To the nearest integer (ties to even, the default rounding mode).
-  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V round(V a) { return _mm512_cvtepi32_ps(_mm512_cvtps_epi32(a)); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V round(V a) {
+    return simd::mm512_cvtepi32_ps(simd::mm512_cvtps_epi32(a));
+  }
   /// x 2^k for integral k (the exponent bits of k + 127).
   XSHARD_X86_AVX512 XSHARD_X86_INLINE static V ldexp(V x, V k) {
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(x, _mm512_castsi512_ps(e));
+    const simd::m512i e =
+        simd::mm512_slli_epi32<23>(simd::mm512_add_epi32(simd::mm512_cvtps_epi32(k), simd::mm512_set1_epi32(127)));
+    return simd::mm512_mul_ps(x, simd::mm512_castsi512_ps(e));
   }
   /// a < b ? t : f, a <= b ? t : f, a == b ? t : f (ordered: false on NaN).
   XSHARD_X86_AVX512 XSHARD_X86_INLINE static V if_lt(V a, V b, V t, V f) {
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), f, t);
+    return simd::mm512_mask_blend_ps(simd::mm512_cmp_ps_mask<simd::cmp_lt_oq>(a, b), f, t);
   }
   XSHARD_X86_AVX512 XSHARD_X86_INLINE static V if_le(V a, V b, V t, V f) {
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LE_OQ), f, t);
+    return simd::mm512_mask_blend_ps(simd::mm512_cmp_ps_mask<simd::cmp_le_oq>(a, b), f, t);
   }
   XSHARD_X86_AVX512 XSHARD_X86_INLINE static V if_eq(V a, V b, V t, V f) {
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ), f, t);
+    return simd::mm512_mask_blend_ps(simd::mm512_cmp_ps_mask<simd::cmp_eq_oq>(a, b), f, t);
   }
 };
 
 struct avx2_f32 {
-  using V = __m256;
+  using V = simd::m256;
   static constexpr std::size_t lanes = 8;
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V set1(float v) { return _mm256_set1_ps(v); }
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V load(const float* p) { return _mm256_loadu_ps(p); }
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V div(V a, V b) { return _mm256_div_ps(a, b); }
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V fnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V abs(V a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V max(V a, V b) { return _mm256_max_ps(a, b); }
-  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V round(V a) { return _mm256_cvtepi32_ps(_mm256_cvtps_epi32(a)); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V set1(float v) { return simd::mm256_set1_ps(v); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V load(const float* p) { return simd::mm256_loadu_ps(p); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static void store(float* p, V v) { simd::mm256_storeu_ps(p, v); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V add(V a, V b) { return simd::mm256_add_ps(a, b); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V sub(V a, V b) { return simd::mm256_sub_ps(a, b); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V mul(V a, V b) { return simd::mm256_mul_ps(a, b); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V div(V a, V b) { return simd::mm256_div_ps(a, b); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V fma(V a, V b, V c) { return simd::mm256_fmadd_ps(a, b, c); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V fnma(V a, V b, V c) { return simd::mm256_fnmadd_ps(a, b, c); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V abs(V a) { return simd::mm256_andnot_ps(simd::mm256_set1_ps(-0.0f), a); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V max(V a, V b) { return simd::mm256_max_ps(a, b); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V round(V a) { return simd::mm256_cvtepi32_ps(simd::mm256_cvtps_epi32(a)); }
   XSHARD_X86_AVX2 XSHARD_X86_INLINE static V ldexp(V x, V k) {
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(x, _mm256_castsi256_ps(e));
+    const simd::m256i e =
+        simd::mm256_slli_epi32<23>(simd::mm256_add_epi32(simd::mm256_cvtps_epi32(k), simd::mm256_set1_epi32(127)));
+    return simd::mm256_mul_ps(x, simd::mm256_castsi256_ps(e));
   }
   XSHARD_X86_AVX2 XSHARD_X86_INLINE static V if_lt(V a, V b, V t, V f) {
-    return _mm256_blendv_ps(f, t, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
+    return simd::mm256_blendv_ps(f, t, simd::mm256_cmp_ps<simd::cmp_lt_oq>(a, b));
   }
   XSHARD_X86_AVX2 XSHARD_X86_INLINE static V if_le(V a, V b, V t, V f) {
-    return _mm256_blendv_ps(f, t, _mm256_cmp_ps(a, b, _CMP_LE_OQ));
+    return simd::mm256_blendv_ps(f, t, simd::mm256_cmp_ps<simd::cmp_le_oq>(a, b));
   }
   XSHARD_X86_AVX2 XSHARD_X86_INLINE static V if_eq(V a, V b, V t, V f) {
-    return _mm256_blendv_ps(f, t, _mm256_cmp_ps(a, b, _CMP_EQ_OQ));
+    return simd::mm256_blendv_ps(f, t, simd::mm256_cmp_ps<simd::cmp_eq_oq>(a, b));
   }
 };
 

@@ -15,9 +15,9 @@
 
 #if XSHARD_X86_KERNELS
 
-#include <immintrin.h>
-
 #include <cstddef>
+
+#include "../../core/x86_simd.hpp"
 
 namespace xshard::detail::x86 {
 
@@ -62,12 +62,14 @@ struct adamw_constants {
 // clang-format on
 
 namespace avx512 {
-XSHARD_ADAMW_BODY(__attribute__((target("avx512f"))), __m512, 16, _mm512_set1_ps, _mm512_loadu_ps, _mm512_storeu_ps,
-                  _mm512_add_ps, _mm512_sub_ps, _mm512_mul_ps, _mm512_div_ps, _mm512_sqrt_ps)
+XSHARD_ADAMW_BODY(__attribute__((target("avx512f"))), simd::m512, 16, simd::mm512_set1_ps, simd::mm512_loadu_ps,
+                  simd::mm512_storeu_ps, simd::mm512_add_ps, simd::mm512_sub_ps, simd::mm512_mul_ps, simd::mm512_div_ps,
+                  simd::mm512_sqrt_ps)
 }  // namespace avx512
 namespace avx2 {
-XSHARD_ADAMW_BODY(__attribute__((target("avx2"))), __m256, 8, _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps,
-                  _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_div_ps, _mm256_sqrt_ps)
+XSHARD_ADAMW_BODY(__attribute__((target("avx2"))), simd::m256, 8, simd::mm256_set1_ps, simd::mm256_loadu_ps,
+                  simd::mm256_storeu_ps, simd::mm256_add_ps, simd::mm256_sub_ps, simd::mm256_mul_ps, simd::mm256_div_ps,
+                  simd::mm256_sqrt_ps)
 }  // namespace avx2
 
 #undef XSHARD_ADAMW_BODY
