@@ -111,18 +111,23 @@ inline void fill_offsets(const std::vector<int>& labels, const einsum_extents& e
                          std::initializer_list<std::pair<const label_strides*, offsets*>> outs) {
   std::size_t count = 1;
   for (int id : labels) count *= static_cast<std::size_t>(ext.of[id]);
-  for (const auto& o : outs) o.second->assign(count, 0);
-  if (count == 0) return;
-  std::vector<std::int64_t> idx(labels.size(), 0);
-  for (std::size_t i = 0; i < count; ++i) {
-    for (const auto& o : outs) {
-      std::ptrdiff_t off = 0;
-      for (std::size_t d = 0; d < labels.size(); ++d) off += idx[d] * o.first->s[labels[d]];
-      (*o.second)[i] = off;
-    }
-    for (std::size_t d = labels.size(); d-- > 0;) {
-      if (++idx[d] < ext.of[labels[d]]) break;
-      idx[d] = 0;
+  for (const auto& o : outs) {
+    // Label by label, slowest first: each entry so far is followed by its
+    // steps along the next label (the odometer order in count steps).
+    offsets& out = *o.second;
+    out.resize(count);
+    if (count == 0) continue;
+    out[0] = 0;
+    std::size_t filled = 1;
+    for (int id : labels) {
+      const std::size_t extent = static_cast<std::size_t>(ext.of[id]);
+      const std::ptrdiff_t stride = o.first->s[id];
+      for (std::size_t i = filled; i-- > 0;) {  // backwards: entry i moves to i * extent first
+        const std::ptrdiff_t base = out[i];
+        std::ptrdiff_t* const dst = out.data() + i * extent;
+        for (std::size_t j = 0; j < extent; ++j) dst[j] = base + static_cast<std::ptrdiff_t>(j) * stride;
+      }
+      filled *= extent;
     }
   }
 }
