@@ -176,6 +176,37 @@ TEST(Graph, BroadcastGradientSumsTheBroadcastDims) {
   EXPECT_EQ(g::detail::sum_to<2>(gy, s), want2);
 }
 
+// The bias add (rows split over the pool) and its gradient (column ranges
+// over the pool), on shapes above the split grain: equal to the hand-written
+// block bit for bit at 1, 2 and 3 threads, and the bias gradient equal to a
+// naive column sum.
+TEST(Graph, BiasAndItsGradientAreTheSameForOneTwoAndThreeThreads) {
+  xt::random::seed(11);
+  using T = float;
+  const auto p = mlp_params<T>(40, 517);  // hidden 517: rows of a width off the SIMD width
+  const xt::xtensor<T, 2> x = randn<T, 2>({300, 40}), gy = randn<T, 2>({300, 40});
+  graph_mlp<T> l;
+  xshard_test::hand::mlp_block<T> ref;
+  const std::size_t before = xshard::num_threads();
+  for (std::size_t threads : {1, 2, 3}) {
+    xshard::set_num_threads(threads);
+    auto [y, r] = l.forward(p, x);
+    auto [y_ref, r_ref] = ref.forward(p, x);
+    EXPECT_EQ(y, y_ref) << threads << " threads";
+    auto [gp, gx] = l.vjp(p, r, gy);
+    auto [gp_ref, gx_ref] = ref.vjp(p, r_ref, gy);
+    EXPECT_EQ(gx, gx_ref) << threads << " threads";
+    EXPECT_EQ(std::get<1>(gp), std::get<1>(gp_ref)) << threads << " threads";
+    EXPECT_EQ(std::get<3>(gp), std::get<3>(gp_ref)) << threads << " threads";
+    // db2 = gy summed over rows, in row order.
+    xt::xtensor<T, 1> want = xt::zeros<T>({std::size_t{40}});
+    for (std::size_t i = 0; i < 300; ++i)
+      for (std::size_t j = 0; j < 40; ++j) want(j) += gy(i, j);
+    EXPECT_EQ(std::get<3>(gp), want) << threads << " threads";
+  }
+  xshard::set_num_threads(before);
+}
+
 // ---- scan_layers over a graph layer equals scan_layers over mlp_block
 
 TEST(Graph, ScanLayersOverAGraphLayerEqualsTheHandWrittenStack) {

@@ -1,6 +1,6 @@
 // The thread pool (every index once per call, errors, nesting, concurrent
 // callers, sleeping and spinning workers), parallel_ranges' cover, and the
-// composites and AdamW it splits: bit-identical for 1, 2 and 3 threads.
+// composites, AdamW and SGD it splits: bit-identical for 1, 2 and 3 threads.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -159,6 +159,39 @@ TEST(ParallelComposites, BitIdenticalForOneTwoAndThreeThreads) {
     }
     return std::vector<std::vector<float>>{p, m, v};
   });
+  expect_same_for_every_thread_count([&] {
+    std::vector<std::vector<float>> out;
+    for (const xshard::sgd rule : {xshard::sgd{.lr = 0.1}, xshard::sgd{.lr = 0.1, .momentum = 0.9, .nesterov = true}}) {
+      std::vector<float> p(x.begin(), x.end()), b(p.size(), 0.0f);
+      for (int t = 0; t < 3; ++t) {
+        float* s[] = {b.data()};
+        rule.update(p.data(), g.data(), 0.5f, s, p.size(), t + 1);
+      }
+      out.push_back(p);
+      out.push_back(b);
+    }
+    return out;
+  });
+}
+
+// SGD splits its elements over the pool: each element's update is the
+// formula's, checked one by one.
+TEST(ParallelComposites, SgdUpdatesEveryElementByTheFormula) {
+  const std::size_t before = xshard::num_threads();
+  xshard::set_num_threads(3);
+  const std::size_t n = 70001;  // several grains and a tail
+  std::vector<float> p(n), g(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    p[i] = static_cast<float>(i % 97) * 0.01f;
+    g[i] = static_cast<float>(i % 13) - 6.0f;
+  }
+  std::vector<float> q = p;
+  const xshard::sgd rule{.lr = 0.1, .weight_decay = 0.01};
+  float* const* no_state = nullptr;
+  rule.update(q.data(), g.data(), 0.5f, no_state, n, 1);
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_FLOAT_EQ(q[i], p[i] - 0.1f * (g[i] * 0.5f + 0.01f * p[i])) << "element " << i;
+  xshard::set_num_threads(before);
 }
 
 }  // namespace

@@ -42,6 +42,7 @@
 #include "../core/text.hpp"
 #include "../einsum/einsum.hpp"
 #include "../einsum/grad.hpp"
+#include "../ops/composite_support.hpp"  // rows_per_grain: bias rows split over the pool
 #include "../ops/gelu.hpp"
 #include "../ops/layer_norm.hpp"
 #include "../ops/rms_norm.hpp"
@@ -133,13 +134,17 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
   xt::xtensor<T, R> out = xt::zeros<T>(shape);
   const auto gc = xt::eval(g);
   if (std::find(shape.begin(), shape.end(), std::size_t(1)) == shape.end()) {
-    // Only leading dims broadcast (a bias): sum rows of out.size() values.
+    // Only leading dims broadcast (a bias): sum rows of out.size() values,
+    // column ranges over the thread pool (each column summed in row order,
+    // whatever the split).
     const std::size_t n = out.size(), rows = n ? gc.size() / n : 0;
-    T* o = out.data();
-    for (std::size_t r = 0; r < rows; ++r) {
-      const T* row = gc.data() + r * n;
-      for (std::size_t j = 0; j < n; ++j) o[j] += row[j];
-    }
+    T* const o = out.data();
+    parallel_ranges(n, ::xshard::detail::rows_per_grain(rows), [&](std::size_t j0, std::size_t j1) {
+      for (std::size_t r = 0; r < rows; ++r) {
+        const T* const row = gc.data() + r * n;
+        for (std::size_t j = j0; j < j1; ++j) o[j] += row[j];
+      }
+    });
     return out;
   }
   std::vector<std::size_t> step(gr, 0);  // out's stride along each dim of g
@@ -176,21 +181,28 @@ void check_broadcast(const SA& a, const SB& b, std::string_view op) {
   }
 }
 
-/// out[i, j] = a[i, j] op b[j] for rows x n contiguous values (out may be a).
+/// out[i, j] = a[i, j] op b[j] for rows x n contiguous values (out may be a);
+/// rows split over the thread pool (each element is its own: any split gives
+/// the same result).
 template <binary B, class T, class V>
 void bias_rows(T* out, const T* a, const V& b, std::size_t rows, std::size_t n) {
   const auto run = [&](const T* bp) {
-    for (std::size_t i = 0; i < rows; ++i, out += n, a += n)
-      for (std::size_t j = 0; j < n; ++j) {
-        if constexpr (B == binary::add)
-          out[j] = a[j] + bp[j];
-        else if constexpr (B == binary::sub)
-          out[j] = a[j] - bp[j];
-        else if constexpr (B == binary::mul)
-          out[j] = a[j] * bp[j];
-        else
-          out[j] = a[j] / bp[j];
+    parallel_ranges(rows, ::xshard::detail::rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t i = r0; i < r1; ++i) {
+        T* const o = out + i * n;
+        const T* const x = a + i * n;
+        for (std::size_t j = 0; j < n; ++j) {
+          if constexpr (B == binary::add)
+            o[j] = x[j] + bp[j];
+          else if constexpr (B == binary::sub)
+            o[j] = x[j] - bp[j];
+          else if constexpr (B == binary::mul)
+            o[j] = x[j] * bp[j];
+          else
+            o[j] = x[j] / bp[j];
+        }
       }
+    });
   };
   if constexpr (std::is_same_v<V, xt::xtensor<T, 1>>) {
     run(b.data());

@@ -79,20 +79,26 @@ struct sgd {
   template <class T>
   void update(T* p, const T* g, T scale, T* const* s, std::size_t n, std::int64_t) const {
     const T lr_ = static_cast<T>(lr), mu = static_cast<T>(momentum), wd = static_cast<T>(weight_decay);
-    if (momentum == 0) {
-      if (weight_decay == 0) {
-        for (std::size_t i = 0; i < n; ++i) p[i] -= lr_ * (g[i] * scale);
-      } else {
-        for (std::size_t i = 0; i < n; ++i) p[i] -= lr_ * (g[i] * scale + wd * p[i]);
-      }
-      return;
-    }
-    T* b = s[0];
-    for (std::size_t i = 0; i < n; ++i) {
-      const T gi = g[i] * scale + wd * p[i];
-      b[i] = mu * b[i] + gi;
-      p[i] -= lr_ * (nesterov ? gi + mu * b[i] : b[i]);
-    }
+    T* const b = momentum != 0 ? s[0] : nullptr;
+    // Element ranges over the thread pool (each element's update is its own).
+    parallel_ranges(
+        n, 16384,
+        [&](std::size_t lo, std::size_t hi) {
+          if (momentum == 0) {
+            if (weight_decay == 0) {
+              for (std::size_t i = lo; i < hi; ++i) p[i] -= lr_ * (g[i] * scale);
+            } else {
+              for (std::size_t i = lo; i < hi; ++i) p[i] -= lr_ * (g[i] * scale + wd * p[i]);
+            }
+            return;
+          }
+          for (std::size_t i = lo; i < hi; ++i) {
+            const T gi = g[i] * scale + wd * p[i];
+            b[i] = mu * b[i] + gi;
+            p[i] -= lr_ * (nesterov ? gi + mu * b[i] : b[i]);
+          }
+        },
+        16);
   }
 };
 

@@ -35,6 +35,7 @@
 #include <xtensor/xview.hpp>
 
 #include "../core/error.hpp"
+#include "../core/thread_pool.hpp"  // parallel_ranges: stacking copies over the pool
 #include "../nn/layer.hpp"
 #include "../spmd/einsum.hpp"
 #include "../spmd/sharded.hpp"
@@ -62,7 +63,19 @@ struct stacking<xt::xtensor<T, R>> {
     shape[0] = layers.size();
     for (std::size_t d = 0; d < R; ++d) shape[d + 1] = layers[0]->shape()[d];
     type out = type::from_shape(shape);
-    for (std::size_t l = 0; l < layers.size(); ++l) xt::view(out, l) = *layers[l];
+    // Both sides are contiguous row-major: layer l is the l-th block of out,
+    // copied in element ranges over the thread pool.
+    const std::size_t block = layers[0]->size();
+    for (std::size_t l = 1; l < layers.size(); ++l)
+      if (layers[l]->shape() != layers[0]->shape())
+        throw error("xshard: stack_params: layer " + std::to_string(l) + " has another shape than layer 0");
+    parallel_ranges(layers.size() * block, 16384, [&](std::size_t lo, std::size_t hi) {
+      while (lo < hi) {
+        const std::size_t l = lo / block, i = lo % block, count = std::min(block - i, hi - lo);
+        std::copy_n(layers[l]->data() + i, count, out.data() + lo);
+        lo += count;
+      }
+    });
     return out;
   }
 };
