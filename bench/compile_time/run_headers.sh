@@ -28,6 +28,10 @@ mpi_flags=()
 if command -v mpicxx >/dev/null 2>&1; then
   read -r -a mpi_flags <<<"$(mpicxx --showme:compile 2>/dev/null || true)"
 fi
+hdf5_flags=()  # checkpoint/checkpoint.hpp needs <hdf5.h> (libhdf5-dev)
+if pkg-config --exists hdf5-serial 2>/dev/null; then
+  read -r -a hdf5_flags <<<"$(pkg-config --cflags hdf5-serial)"
+fi
 
 rm -rf "${out}"
 mkdir -p "${out}/src" "${out}/obj"
@@ -49,6 +53,10 @@ for tu in "${tus[@]}"; do
   if [ "${tu}" = "xshard_spmd_mpi_mesh_hpp" ]; then
     if [ "${#mpi_flags[@]}" -eq 0 ]; then continue; fi
     flags=("${mpi_flags[@]}")
+  fi
+  if [ "${tu}" = "xshard_checkpoint_checkpoint_hpp" ]; then
+    if [ "${#hdf5_flags[@]}" -eq 0 ]; then continue; fi
+    flags=("${hdf5_flags[@]}")
   fi
   for r in $(seq "${runs}"); do
     /usr/bin/time -f '%U %S %e %M' -o "${out}/time.txt" \
