@@ -68,9 +68,12 @@ auto same_for_thread_counts(F f) {
 constexpr std::size_t M = 151, N = 45, K = 800;
 
 TEST(EinsumBlocking, RowsReadInPlace) {  // A row stride 800 floats: read in place
-  // The last rows of M: 7 (packed, a 9-row kernel), 6 and 3 (read in place by
-  // a 6- and a 3-row kernel), 0.
-  for (std::size_t m : {M, std::size_t{150}, std::size_t{147}, std::size_t{144}}) {
+  // The last rows of M: 7 (6 by a 6-row kernel, then the last one as the end
+  // of a 3-row window over rows already done), 6 and 3 (a 6- and a 3-row
+  // kernel), 0; M = 4 and 5 (one tile: 3 rows, then a window); M = 1 and 2
+  // (fewer than 3 rows in all: packed, zero-padded).
+  for (std::size_t m : {M, std::size_t{150}, std::size_t{147}, std::size_t{144}, std::size_t{5}, std::size_t{4},
+                        std::size_t{2}, std::size_t{1}}) {
     xt::random::seed(1);
     const xt::xtensor<float, 2> a = xt::random::randn<float>({m, K});
     const xt::xtensor<float, 2> b = xt::random::randn<float>({K, N});
@@ -96,6 +99,31 @@ TEST(EinsumBlocking, RowsPackedWhenStrideIsMultipleOf4KiB) {  // A is a column s
   expect_close(
       want, 1, M, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); },
       "ik,kj on a 4 KiB row stride");
+}
+
+// Few rows of C (<= detail::direct_b_max_rows): B's rows are read in place,
+// full-width panels straight from the operand and the last, narrower one
+// packed. The arithmetic is the packed path's: the same rows of a product
+// with many rows (B packed) are bit-identical.
+TEST(EinsumBlocking, BRowsReadInPlaceForFewRows) {
+  static_assert(xshard::detail::direct_b_max_rows < M);
+  xt::random::seed(6);
+  const xt::xtensor<float, 2> a = xt::random::randn<float>({M, K});
+  const xt::xtensor<float, 2> wide = xt::random::randn<float>({K, std::size_t{77}});
+  const auto b = xt::view(wide, xt::all(), xt::range(5, 5 + static_cast<long>(N)));  // row stride 77
+  const auto packed = xt::xtensor<float, 2>(xshard::einsum<"ik,kj->ij">(a, b));
+  for (std::size_t m : {std::size_t{64}, std::size_t{37}, xshard::detail::direct_b_max_rows}) {
+    const auto a_rows = xt::view(a, xt::range(0, static_cast<long>(m)), xt::all());
+    const auto c =
+        same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ik,kj->ij">(a_rows, b)); });
+    const auto want = naive(
+        1, m, N, K, [&](std::size_t, std::size_t i, std::size_t p) { return double(a(i, p)); },
+        [&](std::size_t, std::size_t p, std::size_t j) { return double(b(p, j)); });
+    expect_close(
+        want, 1, m, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); },
+        "ik,kj with B in place, M = " + std::to_string(m));
+    EXPECT_TRUE(c == xt::view(packed, xt::range(0, static_cast<long>(m)), xt::all())) << "M = " << m;
+  }
 }
 
 TEST(EinsumBlocking, TransposedOperandsAndOutput) {

@@ -13,7 +13,9 @@
 // A's micro-panel held in L1 while B's block streams from L2/L3. A is read
 // in place, without packing, when its rows are contiguous along K (the
 // attention shapes, where packing would cost a third of the time); the
-// next panel's rows are prefetched meanwhile.
+// next panel's rows are prefetched meanwhile. B is read in place when its
+// rows are contiguous along N and C has few rows (a training step's 32-64
+// row GEMMs, where each packed panel would be read only a few times).
 // The micro-kernel is one body (arch/micro_body.hpp) stamped out per
 // instruction set and, on x86-64, chosen at run time with xsimd::dispatch:
 //   avx512bw       target("avx512...") intrinsics, 12 x 32 floats / 12 x 16 doubles
@@ -123,15 +125,16 @@ XSHARD_DEFINE_MICRO_KERNEL(micro_xsimd, , xsimd_ops)
 
 /// The micro-kernel stamped for Ops (the one adapter the driver calls).
 template <class Ops, class T, int MR>
-void micro_run(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c, bool add) {
+void micro_run(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, std::ptrdiff_t bs,
+               T* const* c, bool add) {
 #if XSHARD_GEMM_X86
   if constexpr (std::is_same_v<Ops, avx512_ops>)
-    micro_avx512<T, MR>(kc, a, rs, cs, b, c, add);
+    micro_avx512<T, MR>(kc, a, rs, cs, b, bs, c, add);
   else if constexpr (std::is_same_v<Ops, avx2_ops>)
-    micro_avx2<T, MR>(kc, a, rs, cs, b, c, add);
+    micro_avx2<T, MR>(kc, a, rs, cs, b, bs, c, add);
   else
 #endif
-    micro_xsimd<T, MR>(kc, a, rs, cs, b, c, add);
+    micro_xsimd<T, MR>(kc, a, rs, cs, b, bs, c, add);
 }
 
 // ---------------------------------------------------------------------------
@@ -273,6 +276,20 @@ bool reads_a_in_place(const stride_info& m_a, const stride_info& k_a) {
   return k_a.uniform && k_a.stride == 1 && m_a.uniform && m_a.stride != 0 && row % 4096 != 0;
 }
 
+/// Whether B's rows are read in place (B not packed) for a share of `rows`
+/// rows of C: each row of B contiguous along N, rows a fixed stride apart
+/// that is not a multiple of 4 KiB (the same L1 sets), and few enough rows
+/// of A that a packed panel would be read too few times to pay for the copy
+/// (a training step's GEMMs of 32-64 rows re-pack every weight at every call
+/// otherwise). Full-width panels only; the last, narrower one is packed.
+inline constexpr std::size_t direct_b_max_rows = 96;
+template <class T>
+bool reads_b_in_place(const stride_info& n_b, const stride_info& k_b, std::size_t rows) {
+  const std::size_t row = static_cast<std::size_t>(k_b.stride < 0 ? -k_b.stride : k_b.stride) * sizeof(T);
+  return n_b.uniform && n_b.stride == 1 && k_b.uniform && k_b.stride != 0 && row % 4096 != 0 &&
+         rows <= direct_b_max_rows;
+}
+
 /// A rectangle of the (batch, M, N) index space: one thread's share.
 struct gemm_range {
   std::size_t b0, b1, m0, m1, n0, n1;
@@ -308,18 +325,22 @@ inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::siz
 }
 
 /// What every block of one thread's share reads: the operands' strides, the
-/// packing buffers, whether A is read in place and C's rows are contiguous.
+/// packing buffers, whether A and B are read in place and C's rows are
+/// contiguous.
 template <class T>
 struct gemm_share_state {
   stride_info m_a, k_a, n_b, k_b;
-  bool direct_a, c_rows_contiguous;
+  bool direct_a, direct_b, c_rows_contiguous;
   T* ap;
   T* bp;
 };
 
 /// The macro-kernel: rows [i0, i0 + mc) x columns [j0, j0 + nc) of C for
-/// the K block [p0, p0 + kc), B packed in st.bp (and A in st.ap unless read
-/// in place): the MR x NR micro-tiles, edge tiles through a local tile.
+/// the K block [p0, p0 + kc), B packed in st.bp unless read in place (then
+/// only its last, narrower panel is there) and A in st.ap unless read in
+/// place: the MR x NR micro-tiles, edge tiles through a local tile; with A
+/// in place, a last 1 or 2 rows reuse a 3-row kernel over an overlapping
+/// window of A instead of packing.
 template <class T, class Kernel>
 void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, std::size_t bi, std::size_t i0,
                      std::size_t mc, std::size_t j0, std::size_t nc, std::size_t p0, std::size_t kc, bool add) {
@@ -327,43 +348,64 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
   T* const cb = g.c + g.c_batch[bi];
   alignas(64) T ctile[MR * NR];
   T* rows[MR];
-  for (std::size_t ir = 0; ir < mc; ir += MR) {
-    const std::size_t mw = std::min<std::size_t>(MR, mc - ir);
-    const int rows_used = static_cast<int>((mw + 2) / 3 * 3);  // the kernel's rows: mw rounded up to 3
-    const T* a_panel = st.ap + ir * kc;
-    std::ptrdiff_t rs = 1, cs = MR;
-    if (st.direct_a && static_cast<int>(mw) == rows_used) {
-      a_panel = g.a + g.a_batch[bi] + g.a_m[i0 + ir] + static_cast<std::ptrdiff_t>(p0);
-      rs = st.m_a.stride;
-      cs = 1;
-      if (ir + 2 * MR <= mc) {  // the next panel's rows, while this one computes
-        const T* next = a_panel + MR * rs;
-        for (int i = 0; i < MR; ++i)
-          for (std::size_t p = 0; p < kc; p += 64 / sizeof(T)) __builtin_prefetch(next + i * rs + p, 0, 2);
+  // One micro-kernel call: `used` rows (a multiple of 3) of A times the B
+  // panel; the tile's row i is C's row c0 + i, of which rows [lo, hi) are
+  // written (straight into C when that is all of them, C's rows are
+  // contiguous and the panel is full; else through ctile).
+  auto tile = [&](int used, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t c0, int lo, int hi,
+                  std::size_t jr, std::size_t nw, const T* b, std::ptrdiff_t bs) {
+    if (st.c_rows_contiguous && lo == 0 && hi == used && nw == NR) {
+      for (int i = 0; i < used; ++i) rows[i] = cb + g.c_m[c0 + static_cast<std::size_t>(i)] + (j0 + jr);
+      Kernel::run(used, kc, a, rs, cs, b, bs, rows, add);
+      return;
+    }
+    for (int i = 0; i < used; ++i) rows[i] = ctile + i * NR;
+    Kernel::run(used, kc, a, rs, cs, b, bs, rows, false);
+    for (int i = lo; i < hi; ++i) {
+      T* const crow = cb + g.c_m[c0 + static_cast<std::size_t>(i)];
+      const T* const src = ctile + i * NR;
+      for (std::size_t j = 0; j < nw; ++j) {
+        T& dst = crow[g.c_n[j0 + jr + j]];
+        dst = add ? dst + src[j] : src[j];
       }
-    } else if (st.direct_a) {  // the last rows: pack them (zero-padded)
-      pack_a<T, MR>(g, g.a_batch[bi], i0 + ir, mw, p0, kc, st.ap, st.m_a, st.k_a);
+    }
+  };
+  auto a_row = [&](std::size_t i) { return g.a + g.a_batch[bi] + g.a_m[i] + static_cast<std::ptrdiff_t>(p0); };
+  for (std::size_t ir = 0; ir < mc; ir += MR) {
+    const std::size_t mw = std::min<std::size_t>(MR, mc - ir), c0 = i0 + ir;
+    const int rows_used = static_cast<int>((mw + 2) / 3 * 3);  // the kernel's rows: mw rounded up to 3
+    // A read in place: the rows in multiples of 3, then the last 1 or 2 as
+    // the end of a 3-row window that overlaps rows already done (still rows
+    // of A; only its new rows are written). Packed (zero-padded) when A has
+    // fewer than 3 rows before this tile's end.
+    const int main_rows = static_cast<int>(mw / 3 * 3), rest = static_cast<int>(mw) - main_rows;
+    const bool in_place = st.direct_a && (rest == 0 || c0 + mw >= 3);
+    const T* a_panel = st.ap + ir * kc;
+    if (in_place) {
+      a_panel = a_row(c0);
+      if (ir + 2 * MR <= mc) {  // the next panel's rows, while this one computes
+        const T* next = a_panel + MR * st.m_a.stride;
+        for (int i = 0; i < MR; ++i)
+          for (std::size_t p = 0; p < kc; p += 64 / sizeof(T)) __builtin_prefetch(next + i * st.m_a.stride + p, 0, 2);
+      }
+    } else if (st.direct_a) {
+      pack_a<T, MR>(g, g.a_batch[bi], c0, mw, p0, kc, st.ap, st.m_a, st.k_a);
       a_panel = st.ap;
     }
     for (std::size_t jr = 0; jr < nc; jr += NR) {
       const std::size_t nw = std::min<std::size_t>(NR, nc - jr);
-      const T* const b_panel = st.bp + jr * kc;
-      if (st.c_rows_contiguous && static_cast<int>(mw) == rows_used && nw == NR) {
-        for (int i = 0; i < rows_used; ++i) rows[i] = cb + g.c_m[i0 + ir + static_cast<std::size_t>(i)] + (j0 + jr);
-        Kernel::run(rows_used, kc, a_panel, rs, cs, b_panel, rows, add);
+      const T* b_panel = st.bp + jr * kc;
+      std::ptrdiff_t bs = NR;
+      if (st.direct_b && nw == NR) {
+        b_panel = g.b + g.b_batch[bi] + g.b_k[p0] + static_cast<std::ptrdiff_t>(j0 + jr);
+        bs = st.k_b.stride;
+      }
+      if (!in_place) {
+        tile(rows_used, a_panel, 1, MR, c0, 0, static_cast<int>(mw), jr, nw, b_panel, bs);
         continue;
       }
-      // Edge or scattered tile: compute into ctile, then combine.
-      for (int i = 0; i < rows_used; ++i) rows[i] = ctile + i * NR;
-      Kernel::run(rows_used, kc, a_panel, rs, cs, b_panel, rows, false);
-      for (std::size_t i = 0; i < mw; ++i) {
-        T* const crow = cb + g.c_m[i0 + ir + i];
-        const T* const src = ctile + i * NR;
-        for (std::size_t j = 0; j < nw; ++j) {
-          T& dst = crow[g.c_n[j0 + jr + j]];
-          dst = add ? dst + src[j] : src[j];
-        }
-      }
+      if (main_rows > 0) tile(main_rows, a_panel, st.m_a.stride, 1, c0, 0, main_rows, jr, nw, b_panel, bs);
+      if (rest > 0) tile(3, a_row(c0 + mw - 3), st.m_a.stride, 1, c0 + mw - 3, 3 - rest, 3, jr, nw, b_panel, bs);
     }
   }
 }
@@ -381,11 +423,12 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
   const std::size_t K = g.a_k.size();
   thread_local aligned_buffer<T> abuf, bbuf;
   gemm_share_state<T> st{
-      uniform_stride(g.a_m), uniform_stride(g.a_k), uniform_stride(g.b_n), uniform_stride(g.b_k), false, false,
+      uniform_stride(g.a_m), uniform_stride(g.a_k), uniform_stride(g.b_n), uniform_stride(g.b_k), false, false, false,
       abuf.get(MC * KC),     bbuf.get(NC * KC)};
   const stride_info n_c = uniform_stride(g.c_n);
   st.c_rows_contiguous = n_c.uniform && n_c.stride == 1;
   st.direct_a = reads_a_in_place<T>(st.m_a, st.k_a);
+  st.direct_b = reads_b_in_place<T>(st.n_b, st.k_b, r.m1 - r.m0);
   for (std::size_t bi = r.b0; bi < r.b1; ++bi) {
     if (K == 0) {  // an empty sum: C = 0 (unchanged when accumulating)
       T* const cb = g.c + g.c_batch[bi];
@@ -398,7 +441,10 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
       const std::size_t nc = std::min(NC, r.n1 - j0);
       for (std::size_t p0 = 0; p0 < K; p0 += KC) {
         const std::size_t kc = std::min(KC, K - p0);
-        pack_b<T, NR, Kernel::x86_packing>(g, g.b_batch[bi], p0, kc, j0, nc, st.bp, st.n_b, st.k_b);
+        const std::size_t packed_from = st.direct_b ? nc / NR * NR : 0;  // in place: the last panel only
+        if (packed_from < nc)
+          pack_b<T, NR, Kernel::x86_packing>(g, g.b_batch[bi], p0, kc, j0 + packed_from, nc - packed_from,
+                                             st.bp + packed_from * kc, st.n_b, st.k_b);
         for (std::size_t i0 = r.m0; i0 < r.m1; i0 += MC) {
           const std::size_t mc = std::min(MC, r.m1 - i0);
           if (!st.direct_a) pack_a<T, MR>(g, g.a_batch[bi], i0, mc, p0, kc, st.ap, st.m_a, st.k_a);
@@ -443,15 +489,15 @@ struct gemm_by_arch {
     static constexpr int mr = Ops::rows, nr = 2 * Ops::template lanes<T>;
     /// Whether B's columns are packed with the x86 (AVX2) transposes.
     static constexpr bool x86_packing = !std::is_same_v<Ops, xsimd_ops>;
-    static void run(int rows, std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c,
-                    bool add) {
+    static void run(int rows, std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b,
+                    std::ptrdiff_t bs, T* const* c, bool add) {
       if constexpr (mr > 9)
-        if (rows > 9) return micro_run<Ops, T, mr>(kc, a, rs, cs, b, c, add);
+        if (rows > 9) return micro_run<Ops, T, mr>(kc, a, rs, cs, b, bs, c, add);
       if constexpr (mr > 6)
-        if (rows > 6) return micro_run<Ops, T, 9>(kc, a, rs, cs, b, c, add);
+        if (rows > 6) return micro_run<Ops, T, 9>(kc, a, rs, cs, b, bs, c, add);
       if constexpr (mr > 3)
-        if (rows > 3) return micro_run<Ops, T, 6>(kc, a, rs, cs, b, c, add);
-      micro_run<Ops, T, 3>(kc, a, rs, cs, b, c, add);
+        if (rows > 3) return micro_run<Ops, T, 6>(kc, a, rs, cs, b, bs, c, add);
+      micro_run<Ops, T, 3>(kc, a, rs, cs, b, bs, c, add);
     }
   };
 #if XSHARD_GEMM_X86

@@ -10,9 +10,10 @@
 // operations: GCC only inlines the operations' always-inline functions,
 // which carry the target attribute, into a function with that target.
 //
-//   c_rows[i][0 .. NR) (+)= sum over p < kc of a[p * MR + i] * b[p * NR + j]
+//   c_rows[i][0 .. NR) (+)= sum over p < kc of a[p * MR + i] * b[p * bs + j]
 //
-// with NR = 2 vectors. A's micro-panel (MR x kc) stays in L1 while the
+// with NR = 2 vectors; bs is NR for a packed panel of B, B's row stride for
+// rows read in place. A's micro-panel (MR x kc) stays in L1 while the
 // driver sweeps B's micro-panels (kc x NR) out of L2. Each row of the C tile
 // is written in place (c_rows[i] points at its first element, contiguous
 // along N).
@@ -25,40 +26,40 @@
 // place; the rows are addressed from MR / 3 base pointers plus three row
 // offsets, which keeps every address in a register. The C tile is
 // prefetched first so its lines arrive while the k loop runs.
-#define XSHARD_DEFINE_MICRO_KERNEL(NAME, TARGET, OPS)                                                              \
-  template <class T, int MR>                                                                                       \
-  TARGET void NAME(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, T* const* c_rows, \
-                   bool add) {                                                                                     \
-    using V = decltype(OPS::zero(a));                                                                              \
-    constexpr int L = OPS::template lanes<T>, Q = MR / 3;                                                          \
-    static_assert(MR % 3 == 0);                                                                                    \
-    for (int i = 0; i < MR; ++i) __builtin_prefetch(c_rows[i], 1, 3);                                              \
-    V acc[MR][2];                                                                                                  \
-    _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = OPS::zero(a);                    \
-    const T* base[Q];                                                                                              \
-    for (int q = 0; q < Q; ++q) base[q] = a + 3 * q * rs;                                                          \
-    const std::ptrdiff_t off[3] = {0, rs, 2 * rs};                                                                 \
-    _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kc; ++p) {                                                 \
-      const V b0 = OPS::load(b), b1 = OPS::load(b + L);                                                            \
-      _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q) {                                                        \
-        _Pragma("GCC unroll 3") for (int r = 0; r < 3; ++r) {                                                      \
-          const V ai = OPS::bcast(base[q] + off[r]);                                                               \
-          acc[3 * q + r][0] = OPS::fma(ai, b0, acc[3 * q + r][0]);                                                 \
-          acc[3 * q + r][1] = OPS::fma(ai, b1, acc[3 * q + r][1]);                                                 \
-        }                                                                                                          \
-        base[q] += cs;                                                                                             \
-      }                                                                                                            \
-      b += 2 * L;                                                                                                  \
-    }                                                                                                              \
-    _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) {                                                        \
-      T* c = c_rows[i];                                                                                            \
-      if (add) {                                                                                                   \
-        acc[i][0] = OPS::add(acc[i][0], OPS::load(c));                                                             \
-        acc[i][1] = OPS::add(acc[i][1], OPS::load(c + L));                                                         \
-      }                                                                                                            \
-      OPS::store(c, acc[i][0]);                                                                                    \
-      OPS::store(c + L, acc[i][1]);                                                                                \
-    }                                                                                                              \
+#define XSHARD_DEFINE_MICRO_KERNEL(NAME, TARGET, OPS)                                                               \
+  template <class T, int MR>                                                                                        \
+  TARGET void NAME(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, std::ptrdiff_t bs, \
+                   T* const* c_rows, bool add) {                                                                    \
+    using V = decltype(OPS::zero(a));                                                                               \
+    constexpr int L = OPS::template lanes<T>, Q = MR / 3;                                                           \
+    static_assert(MR % 3 == 0);                                                                                     \
+    for (int i = 0; i < MR; ++i) __builtin_prefetch(c_rows[i], 1, 3);                                               \
+    V acc[MR][2];                                                                                                   \
+    _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = OPS::zero(a);                     \
+    const T* base[Q];                                                                                               \
+    for (int q = 0; q < Q; ++q) base[q] = a + 3 * q * rs;                                                           \
+    const std::ptrdiff_t off[3] = {0, rs, 2 * rs};                                                                  \
+    _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kc; ++p) {                                                  \
+      const V b0 = OPS::load(b), b1 = OPS::load(b + L);                                                             \
+      _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q) {                                                         \
+        _Pragma("GCC unroll 3") for (int r = 0; r < 3; ++r) {                                                       \
+          const V ai = OPS::bcast(base[q] + off[r]);                                                                \
+          acc[3 * q + r][0] = OPS::fma(ai, b0, acc[3 * q + r][0]);                                                  \
+          acc[3 * q + r][1] = OPS::fma(ai, b1, acc[3 * q + r][1]);                                                  \
+        }                                                                                                           \
+        base[q] += cs;                                                                                              \
+      }                                                                                                             \
+      b += bs;                                                                                                      \
+    }                                                                                                               \
+    _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) {                                                         \
+      T* c = c_rows[i];                                                                                             \
+      if (add) {                                                                                                    \
+        acc[i][0] = OPS::add(acc[i][0], OPS::load(c));                                                              \
+        acc[i][1] = OPS::add(acc[i][1], OPS::load(c + L));                                                          \
+      }                                                                                                             \
+      OPS::store(c, acc[i][0]);                                                                                     \
+      OPS::store(c + L, acc[i][1]);                                                                                 \
+    }                                                                                                               \
   }
 
 #endif
