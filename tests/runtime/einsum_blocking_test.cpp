@@ -68,10 +68,10 @@ auto same_for_thread_counts(F f) {
 constexpr std::size_t M = 151, N = 45, K = 800;
 
 TEST(EinsumBlocking, RowsReadInPlace) {  // A row stride 800 floats: read in place
-  // The last rows of M: 7 (6 by a 6-row kernel, then the last one as the end
-  // of a 3-row window over rows already done), 6 and 3 (a 6- and a 3-row
-  // kernel), 0; M = 4 and 5 (one tile: 3 rows, then a window); M = 1 and 2
-  // (fewer than 3 rows in all: packed, zero-padded).
+  // The last rows of M: 7 (a 9-row kernel over a window of A that starts 2
+  // rows before them, in rows already done), 6 and 3 (a 6- and a 3-row
+  // kernel), 0; M = 4 and 5 (a 6-row window would start before row 0:
+  // packed, zero-padded), 2 and 1 (the same with a 3-row window).
   for (std::size_t m : {M, std::size_t{150}, std::size_t{147}, std::size_t{144}, std::size_t{5}, std::size_t{4},
                         std::size_t{2}, std::size_t{1}}) {
     xt::random::seed(1);

@@ -339,8 +339,8 @@ struct gemm_share_state {
 /// the K block [p0, p0 + kc), B packed in st.bp unless read in place (then
 /// only its last, narrower panel is there) and A in st.ap unless read in
 /// place: the MR x NR micro-tiles, edge tiles through a local tile; with A
-/// in place, a last 1 or 2 rows reuse a 3-row kernel over an overlapping
-/// window of A instead of packing.
+/// in place, a last tile of rows not a multiple of 3 runs over an
+/// overlapping window of A instead of packing.
 template <class T, class Kernel>
 void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, std::size_t bi, std::size_t i0,
                      std::size_t mc, std::size_t j0, std::size_t nc, std::size_t p0, std::size_t kc, bool add) {
@@ -374,15 +374,16 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
   for (std::size_t ir = 0; ir < mc; ir += MR) {
     const std::size_t mw = std::min<std::size_t>(MR, mc - ir), c0 = i0 + ir;
     const int rows_used = static_cast<int>((mw + 2) / 3 * 3);  // the kernel's rows: mw rounded up to 3
-    // A read in place: the rows in multiples of 3, then the last 1 or 2 as
-    // the end of a 3-row window that overlaps rows already done (still rows
-    // of A; only its new rows are written). Packed (zero-padded) when A has
-    // fewer than 3 rows before this tile's end.
-    const int main_rows = static_cast<int>(mw / 3 * 3), rest = static_cast<int>(mw) - main_rows;
-    const bool in_place = st.direct_a && (rest == 0 || c0 + mw >= 3);
+    // A read in place: a tile of mw rows not a multiple of 3 runs the
+    // kernel of rows_used rows over a window of A that ends at its last row
+    // and overlaps rows already done (still rows of A; only the tile's own
+    // rows are written). Packed (zero-padded) when A has fewer rows than
+    // that before the tile's end.
+    const int shift = rows_used - static_cast<int>(mw);  // rows of the window before the tile
+    const bool in_place = st.direct_a && c0 + mw >= static_cast<std::size_t>(rows_used);
     const T* a_panel = st.ap + ir * kc;
     if (in_place) {
-      a_panel = a_row(c0);
+      a_panel = a_row(c0 + mw - static_cast<std::size_t>(rows_used));
       if (ir + 2 * MR <= mc) {  // the next panel's rows, while this one computes
         const T* next = a_panel + MR * st.m_a.stride;
         for (int i = 0; i < MR; ++i)
@@ -404,8 +405,8 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
         tile(rows_used, a_panel, 1, MR, c0, 0, static_cast<int>(mw), jr, nw, b_panel, bs);
         continue;
       }
-      if (main_rows > 0) tile(main_rows, a_panel, st.m_a.stride, 1, c0, 0, main_rows, jr, nw, b_panel, bs);
-      if (rest > 0) tile(3, a_row(c0 + mw - 3), st.m_a.stride, 1, c0 + mw - 3, 3 - rest, 3, jr, nw, b_panel, bs);
+      tile(rows_used, a_panel, st.m_a.stride, 1, c0 + mw - static_cast<std::size_t>(rows_used), shift, rows_used, jr,
+           nw, b_panel, bs);
     }
   }
 }
