@@ -14,6 +14,9 @@ and 2), in one run, each timed --repeats times (the median is reported).
 --isa avx2 caps xshard at its AVX2 kernels (XSHARD_ISA) and PyTorch at
 OpenBLAS's Haswell kernels; by default PyTorch runs with OpenBLAS's own
 kernel choice and with the one the CPU's ISA calls for (bench/step_peer.py).
+xshard runs with --remat dots_saveable (train_mlp's default: gelu recomputed
+in the backward) and --remat save_all (every activation the backward reads
+kept, as PyTorch eager keeps them).
 Prints the CPU, the ISA flags, each median, and the ratios the issue judges:
 xshard 1 thread / PyTorch's best (goal <= 0.8) and xshard 1 thread / 2
 threads (goal >= 1.7). train_mlp keeps freed memory in glibc's heap
@@ -34,11 +37,11 @@ from step_peer import RETAIN_ENV, blas_in_use, cpu_text, isa_settings, openblas_
 LAYERS, WIDTH, HIDDEN, BATCH, SAMPLES, LR = 8, 128, 512, 64, 1024, 0.1
 
 
-def xshard_seconds(exe, steps, threads, isa=None):
+def xshard_seconds(exe, steps, threads, isa=None, remat="dots_saveable"):
     env = dict(os.environ, XSHARD_NUM_THREADS=str(threads))
     if isa:
         env["XSHARD_ISA"] = isa
-    out = subprocess.run([exe, "--devices", "1", "--steps", str(steps), "--no-progress"],
+    out = subprocess.run([exe, "--devices", "1", "--steps", str(steps), "--no-progress", "--remat", remat],
                          env=env, check=True, capture_output=True, text=True).stdout
     m = re.search(r"steps on one device in ([0-9.eE+-]+) s", out)
     if not m:
@@ -121,17 +124,20 @@ def main():
     # Rows: (label, {threads: seconds}); runs interleaved, so load changes
     # hit both sides alike.
     variants = [(c, r) for c in coretypes for r in (False, True)]
-    xs = {1: [], 2: []}
+    remats = ("dots_saveable", "save_all")
+    xs = {r: {1: [], 2: []} for r in remats}
     ts = {v: {1: [], 2: []} for v in variants}
     cores, blas = {}, ""
     for threads in (1, 2):
         for _ in range(args.repeats):
-            xs[threads].append(xshard_seconds(args.train_mlp, args.steps, threads, xisa))
+            for r in remats:
+                xs[r][threads].append(xshard_seconds(args.train_mlp, args.steps, threads, xisa, r))
             for v in variants:
                 seconds, cores[v], blas = torch_run(args.steps, threads, retain=v[1], coretype=v[0])
                 ts[v][threads].append(seconds)
     med = lambda d: {t: statistics.median(d[t]) for t in (1, 2)}
-    rows = [("xshard (`train_mlp --devices 1`)" + (f", XSHARD_ISA={xisa}" if xisa else ""), med(xs))]
+    isa_note = f", XSHARD_ISA={xisa}" if xisa else ""
+    rows = [(f"xshard (`train_mlp --devices 1 --remat {r}`){isa_note}", med(xs[r])) for r in remats]
     for v in variants:
         how = f"OPENBLAS_CORETYPE={v[0]}" if v[0] else "OpenBLAS's own detection"
         rows.append((f"PyTorch {torch.__version__} eager, {how} ({cores[v]})" + (", glibc heap retained" if v[1]
@@ -143,11 +149,13 @@ def main():
     print("|---|---:|---:|")
     for label, t in rows:
         print(f"| {label} | {t[1]:.3f} | {t[2]:.3f} |")
-    x = rows[0][1]
-    best_torch = min(min(t.values()) for _, t in rows[1:])
-    print(f"\nxshard 1 thread / PyTorch's best: {x[1] / best_torch:.2f} (goal <= 0.8)")
-    print(f"xshard best / PyTorch's best: {min(x.values()) / best_torch:.2f}")
-    print(f"xshard 1 thread / 2 threads: {x[1] / x[2]:.2f} (goal >= 1.7)")
+    best_torch = min(min(t.values()) for _, t in rows[len(remats):])
+    for r, (_, x) in zip(remats, rows):
+        like = " (keeps what PyTorch eager keeps)" if r == "save_all" else " (recomputes gelu in the backward)"
+        print(f"\n--remat {r}{like}:")
+        print(f"  xshard 1 thread / PyTorch's best: {x[1] / best_torch:.2f} (goal <= 0.8)")
+        print(f"  xshard best / PyTorch's best: {min(x.values()) / best_torch:.2f}")
+        print(f"  xshard 1 thread / 2 threads: {x[1] / x[2]:.2f} (goal >= 1.7)")
 
 
 if __name__ == "__main__":

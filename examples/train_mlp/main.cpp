@@ -51,13 +51,30 @@ namespace {
 using namespace train_mlp;
 
 // What the compiler knows about one training step's communication: one
-// all-reduce per layer forward, five per layer backward (dots_saveable
+// all-reduce per layer forward, five per layer backward, one more per layer
+// when the backward reruns the forward (remat::recompute; dots_saveable
 // reruns no einsum), and one for the loss.
 static_assert(Block::forward_collectives() == 1);
 static_assert(Block::backward_collectives() == 5);
-constexpr std::int64_t collectives_per_step =
-    layers * (Block::forward_collectives() + Block::backward_collectives()) + 1;
-static_assert(collectives_per_step == 49);
+constexpr std::int64_t collectives_per_step(xshard::remat policy) {
+  const std::int64_t rerun = policy == xshard::remat::recompute ? Block::forward_collectives() : 0;
+  return layers * (Block::forward_collectives() + rerun + Block::backward_collectives()) + 1;
+}
+static_assert(collectives_per_step(xshard::remat::dots_saveable) == 49);
+static_assert(collectives_per_step(xshard::remat::save_all) == 49);
+static_assert(collectives_per_step(xshard::remat::recompute) == 57);
+
+constexpr const char* remat_name(xshard::remat policy) {
+  switch (policy) {
+    case xshard::remat::save_all:
+      return "save_all";
+    case xshard::remat::recompute:
+      return "recompute";
+    case xshard::remat::dots_saveable:
+      return "dots_saveable";
+  }
+  return "?";
+}
 
 std::string bar(std::size_t done, std::size_t total, std::size_t width_chars = 30) {
   const std::size_t fill = total ? done * width_chars / total : width_chars;
@@ -96,9 +113,9 @@ std::uint64_t digest(const std::vector<DenseBlock::params>& ps) {
   return h;
 }
 
-void print_mesh_plan() {
+void print_mesh_plan(xshard::remat policy) {
   std::cout << "== mesh: data=2, model=2 (4 devices, one thread each); scan_layers over stacked parameters; remat "
-               "dots_saveable\n\n";
+            << remat_name(policy) << "\n\n";
   const std::array<std::int64_t, 2> x_shape{batch, width}, w_in_shape{hidden, width}, w_out_shape{width, hidden};
   std::cout << "activations x, y [batch, width] by spec (" << Layout::batch::text.view() << "):\n"
             << xshard::visualize<Mesh, Layout::batch>(x_shape) << "\n";
@@ -117,7 +134,8 @@ void print_mesh_plan() {
   for (const auto& s : forward_plan) std::cout << "  forward   " << node_text(s) << ": " << collective_list(s) << "\n";
   for (const auto& s : backward_plan) std::cout << "  backward  " << node_text(s) << ": " << collective_list(s) << "\n";
   std::cout << "  per step: " << layers << " x (" << Block::forward_collectives() << " + "
-            << Block::backward_collectives() << ") + 1 (the loss) = " << collectives_per_step
+            << (policy == xshard::remat::recompute ? "1 (the forward again) + " : "") << Block::backward_collectives()
+            << ") + 1 (the loss) = " << collectives_per_step(policy)
             << " all-reduces on every device (the optimizer's update adds none: its states are sharded like the "
                "parameters)\n\n";
 }
@@ -175,7 +193,7 @@ mesh_run train_on_mesh(const data_set& data, const std::vector<DenseBlock::param
       dev.reset_counters();
       const auto x = xshard::distribute<Layout::batch>(dev, rows(data.x, step));
       const auto target = xshard::distribute<Layout::batch>(dev, rows(data.y, step));
-      auto [y, pullback] = xshard::scan_layers_vjp(block, params, x, policy);
+      auto [y, pullback] = xshard::scan_layers_vjp(block, params, x, o.policy);
       // Mean squared error: each device's block of rows; the sum over the
       // batch is an all-reduce over data (model replicas hold the same rows).
       const auto diff = xshard::local_zip(y, target, [](const auto& a, const auto& b) { return a - b; });
@@ -184,11 +202,11 @@ mesh_run train_on_mesh(const data_set& data, const std::vector<DenseBlock::param
       const auto gy = xshard::local_map(diff, [](const auto& d) { return d * (T(2) / T(batch * width)); });
       const auto grads = pullback(gy).first;  // (and dx: unused)
       opt.step(params, grads);                // plain SGD: p -= lr g
-      if (dev.counters().total_calls() != collectives_per_step) {
+      if (dev.counters().total_calls() != collectives_per_step(o.policy)) {
         std::lock_guard lock(mu);
         run.mismatch = "device " + std::to_string(dev.id()) + " step " + std::to_string(step) + ": " +
                        std::to_string(dev.counters().total_calls()) + " collectives, the plan says " +
-                       std::to_string(collectives_per_step);
+                       std::to_string(collectives_per_step(o.policy));
       }
       if (lead) {
         run.losses[i] = loss;
@@ -252,7 +270,7 @@ int run(const options& o) {
   if (first_step) std::cout << " (resumed at step " << first_step << " from " << checkpoint_file(o.resume_dir) << ")";
   std::cout << "\n";
   if (o.devices == 4)
-    print_mesh_plan();
+    print_mesh_plan(o.policy);
   else
     std::cout << "== one device (plain tensors, " << xshard::usable_threads() << " einsum threads)\n\n";
 
@@ -281,7 +299,8 @@ int run(const options& o) {
       std::cout << "collectives differ from the plan: " << mesh.mismatch << "\n";
       return 1;
     }
-    std::cout << "  every step ran exactly " << collectives_per_step << " collectives on every device, as planned\n";
+    std::cout << "  every step ran exactly " << collectives_per_step(o.policy)
+              << " collectives on every device, as planned\n";
     std::cout << "  " << steps << " steps on the mesh in " << mesh.seconds << " s\n";
     double max_param = 0;
     const double max_diff = max_abs_diff(mesh.params, single.params, max_param);
@@ -352,6 +371,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({4, 1}))
       ->capture_default_str();
   app.add_flag("--print-losses", o.print_losses, "every step's loss with 9 digits");
+  std::string remat = "dots_saveable";
+  app.add_option("--remat", remat,
+                 "what each layer's forward keeps: dots_saveable (x and h; gelu recomputed), save_all (everything the "
+                 "backward reads, as PyTorch eager) or recompute (x only)")
+      ->check(CLI::IsMember({"dots_saveable", "save_all", "recompute"}))
+      ->capture_default_str();
   CLI::Option* save = app.add_option("--save", o.save_dir, "write DIR/checkpoint.h5 at the end");
   CLI::Option* resume = app.add_option("--resume", o.resume_dir, "start from DIR/checkpoint.h5");
   CLI::Option* compare = app.add_option("--compare", o.compare_file, "check the final parameters against a checkpoint");
@@ -376,6 +401,9 @@ int main(int argc, char** argv) {
 #endif
   o.progress = !no_progress;
   o.opt = optimizer == "adamw" ? optimizer_kind::adamw : optimizer_kind::sgd;
+  o.policy = remat == "save_all"    ? xshard::remat::save_all
+             : remat == "recompute" ? xshard::remat::recompute
+                                    : xshard::remat::dots_saveable;
   try {
     return run(o);
   } catch (const std::exception& e) {

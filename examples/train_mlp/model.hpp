@@ -25,7 +25,6 @@ using Block = xshard::mlp_block<T, Layout>;  // on the mesh
 using DenseBlock = xshard::mlp_block<T>;     // one device, the reference
 using MeshParams = xshard::stacked_params<Block>;
 using DenseParams = xshard::stacked_params<DenseBlock>;
-constexpr auto policy = xshard::remat::dots_saveable;  // keep x and h per layer, recompute gelu
 
 constexpr std::size_t layers = 8, width = 128, hidden = 512, batch = 64, samples = 1024;
 constexpr T learning_rate = 0.1f;             // SGD (the default)
@@ -42,6 +41,10 @@ struct options {
   std::string save_dir, resume_dir, compare_file;
   int devices = 4;
   bool print_losses = false;
+  /// What each layer's forward keeps (both runs): dots_saveable (the
+  /// default) keeps x and h and recomputes gelu; save_all keeps everything
+  /// the backward reads, as PyTorch eager does; recompute keeps x only.
+  xshard::remat policy = xshard::remat::dots_saveable;
 };
 
 /// The update rule, as xshard::optimizer takes it.

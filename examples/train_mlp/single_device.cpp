@@ -70,7 +70,7 @@ single_device_run train(const data_set& data, const std::vector<DenseBlock::para
   for (std::size_t i = 0; i < o.steps; ++i) {
     const std::size_t step = first_step + i;
     const auto x = rows(data.x, step);
-    auto [y, pullback] = xshard::scan_layers_vjp(dense, ref, x, policy);
+    auto [y, pullback] = xshard::scan_layers_vjp(dense, ref, x, o.policy);
     const xt::xtensor<T, 2> diff = y - rows(data.y, step);
     run.losses[i] = xt::sum(diff * diff)() / T(batch * width);
     const auto grads = pullback(diff * (T(2) / T(batch * width))).first;
