@@ -78,13 +78,13 @@ class thread_pool {
       std::lock_guard lock(mu_);
       job_ = &f;
       total_ = n;
-      next_.store(0, std::memory_order_relaxed);
+      next_.store(1, std::memory_order_relaxed);  // task 0 is the caller's (below)
       done_.store(0, std::memory_order_relaxed);
       error_ = nullptr;
       generation_.fetch_add(1, std::memory_order_release);
       if (sleepers_ > 0) cv_.notify_all();
     }
-    run_tasks(f, n);
+    run_tasks(f, n, true);
     // Wait for every task and for every worker that joined this generation
     // to leave, so none can take an index of the next call.
     const auto finished = [&] {
@@ -132,19 +132,27 @@ class thread_pool {
 #endif
   }
 
-  void run_tasks(const std::function<void(std::size_t)>& job, std::size_t total) {
+  /// Runs tasks until none is left: the caller first runs task 0, then
+  /// everyone takes the next index. With as many tasks as threads (a GEMM's
+  /// or parallel_ranges' shares) the caller's share is the same one call
+  /// after call, and so, while the workers are awake, are theirs: the data
+  /// a thread wrote stays in its core's cache for the next call that splits
+  /// it the same way.
+  void run_tasks(const std::function<void(std::size_t)>& job, std::size_t total, bool caller = false) {
     const bool was_inside = inside_;
     inside_ = true;
     std::size_t mine = 0;
     std::exception_ptr err;
-    for (std::size_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < total;) {
+    auto run = [&](std::size_t i) {
       try {
         job(i);
       } catch (...) {
         if (!err) err = std::current_exception();
       }
       ++mine;
-    }
+    };
+    if (caller) run(0);
+    for (std::size_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < total;) run(i);
     inside_ = was_inside;
     if (err) {
       std::lock_guard lock(mu_);
