@@ -83,6 +83,7 @@
 #include <xshard/einsum/einsum.hpp>
 #include <xshard/einsum/grad.hpp>
 #include <xshard/nn/layer.hpp>
+#include <xshard/nn/linear.hpp>
 #include <xshard/scan/remat.hpp>
 #include <xshard/scan/scan_layers.hpp>
 #include <xtensor/xmath.hpp>
@@ -165,18 +166,6 @@ constexpr std::string_view layer_name() {
     return "tanh_linear";
   else
     return "mlp_block";
-}
-
-constexpr std::string_view policy_name(xshard::remat p) {
-  switch (p) {
-    case xshard::remat::save_all:
-      return "save_all";
-    case xshard::remat::recompute:
-      return "recompute";
-    case xshard::remat::dots_saveable:
-      return "dots_saveable";
-  }
-  return "?";
 }
 
 void use_threads(std::size_t n) {
@@ -364,9 +353,6 @@ void register_overhead_paired() {
 
 constexpr std::size_t memory_tokens = 2048, memory_width = 128;
 constexpr std::array<std::size_t, 4> memory_depths{8, 16, 32, 64};
-constexpr std::array<xshard::remat, 3> policies{xshard::remat::save_all, xshard::remat::recompute,
-                                                xshard::remat::dots_saveable};
-
 /// Heap bytes held by what f() returns (measured: live bytes while it is
 /// alive, less those before).
 template <class F>
@@ -424,10 +410,10 @@ void bm_memory(benchmark::State& state, xshard::remat policy, std::size_t depth)
 
 template <class L>
 void register_memory() {
-  for (xshard::remat policy : policies)
+  for (xshard::remat policy : xshard::remat_policies)
     for (std::size_t depth : memory_depths)
-      benchmark::RegisterBenchmark(("memory/" + std::string(layer_name<L>()) + "/" + std::string(policy_name(policy)) +
-                                    "/depth:" + std::to_string(depth))
+      benchmark::RegisterBenchmark(("memory/" + std::string(layer_name<L>()) + "/" +
+                                    std::string(xshard::remat_name(policy)) + "/depth:" + std::to_string(depth))
                                        .c_str(),
                                    bm_memory<L>, policy, depth)
           ->Iterations(1)
@@ -534,8 +520,8 @@ class summary : public benchmark::ConsoleReporter {
       for (std::size_t depth : memory_depths) {
         std::string row;
         bool any = false;
-        for (xshard::remat policy : policies) {
-          const std::string name = "memory/" + std::string(layer) + "/" + std::string(policy_name(policy)) +
+        for (xshard::remat policy : xshard::remat_policies) {
+          const std::string name = "memory/" + std::string(layer) + "/" + std::string(xshard::remat_name(policy)) +
                                    "/depth:" + std::to_string(depth);
           const double* peak = counter_of(name, "peak_MiB");
           const double* model = counter_of(name, "model_MiB");
@@ -560,9 +546,9 @@ class summary : public benchmark::ConsoleReporter {
         }
         if (!any) continue;
         const double* grads = nullptr;
-        for (xshard::remat policy : policies)
+        for (xshard::remat policy : xshard::remat_policies)
           if (!grads)
-            grads = counter_of("memory/" + std::string(layer) + "/" + std::string(policy_name(policy)) +
+            grads = counter_of("memory/" + std::string(layer) + "/" + std::string(xshard::remat_name(policy)) +
                                    "/depth:" + std::to_string(depth),
                                "grads_MiB");
         std::printf("%6zu%s %10.1f\n", depth, row.c_str(), grads ? *grads : 0.0);

@@ -64,18 +64,6 @@ static_assert(collectives_per_step(xshard::remat::dots_saveable) == 49);
 static_assert(collectives_per_step(xshard::remat::save_all) == 49);
 static_assert(collectives_per_step(xshard::remat::recompute) == 57);
 
-constexpr const char* remat_name(xshard::remat policy) {
-  switch (policy) {
-    case xshard::remat::save_all:
-      return "save_all";
-    case xshard::remat::recompute:
-      return "recompute";
-    case xshard::remat::dots_saveable:
-      return "dots_saveable";
-  }
-  return "?";
-}
-
 std::string bar(std::size_t done, std::size_t total, std::size_t width_chars = 30) {
   const std::size_t fill = total ? done * width_chars / total : width_chars;
   return "[" + std::string(fill, '#') + std::string(width_chars - fill, '.') + "]";
@@ -115,7 +103,7 @@ std::uint64_t digest(const std::vector<DenseBlock::params>& ps) {
 
 void print_mesh_plan(xshard::remat policy) {
   std::cout << "== mesh: data=2, model=2 (4 devices, one thread each); scan_layers over stacked parameters; remat "
-            << remat_name(policy) << "\n\n";
+            << xshard::remat_name(policy) << "\n\n";
   const std::array<std::int64_t, 2> x_shape{batch, width}, w_in_shape{hidden, width}, w_out_shape{width, hidden};
   std::cout << "activations x, y [batch, width] by spec (" << Layout::batch::text.view() << "):\n"
             << xshard::visualize<Mesh, Layout::batch>(x_shape) << "\n";
@@ -401,9 +389,8 @@ int main(int argc, char** argv) {
 #endif
   o.progress = !no_progress;
   o.opt = optimizer == "adamw" ? optimizer_kind::adamw : optimizer_kind::sgd;
-  o.policy = remat == "save_all"    ? xshard::remat::save_all
-             : remat == "recompute" ? xshard::remat::recompute
-                                    : xshard::remat::dots_saveable;
+  for (const xshard::remat p : xshard::remat_policies)
+    if (xshard::remat_name(p) == remat) o.policy = p;
   try {
     return run(o);
   } catch (const std::exception& e) {

@@ -159,29 +159,15 @@ void expect_grads_equal(const Grads& got, const hand_grads& want, const std::str
   EXPECT_EQ(std::get<1>(hana::at_c<4>(got)), std::get<1>(hana::at_c<4>(want.params))) << what << ": layer 4 bias";
 }
 
-constexpr std::array policies{xshard::remat::save_all, xshard::remat::recompute, xshard::remat::dots_saveable};
-
-std::string policy_name(xshard::remat p) {
-  switch (p) {
-    case xshard::remat::save_all:
-      return "save_all";
-    case xshard::remat::recompute:
-      return "recompute";
-    case xshard::remat::dots_saveable:
-      return "dots_saveable";
-  }
-  return "?";
-}
-
 TEST(ScanLayersUnrolled, GradientsEqualTheHandUnrolledBackwardUnderEveryPolicy) {
   const hetero h = make_hetero(12);
   const hand_grads want = hand_backward(h);
-  for (const auto policy : policies) {
+  for (const auto policy : xshard::remat_policies) {
     const auto [grads, dx] = xshard::scan_layers_vjp(h.layers, h.params, h.x, h.gy, policy);
     static_assert(std::is_same_v<std::remove_cvref_t<decltype(grads)>, decltype(want.params)>);
     static_assert(std::is_same_v<std::remove_cvref_t<decltype(dx)>, mat>);
-    EXPECT_EQ(dx, want.dx) << policy_name(policy);  // identical bits, not a tolerance
-    expect_grads_equal(grads, want, policy_name(policy));
+    EXPECT_EQ(dx, want.dx) << std::string(xshard::remat_name(policy));  // identical bits, not a tolerance
+    expect_grads_equal(grads, want, std::string(xshard::remat_name(policy)));
   }
 }
 
@@ -253,14 +239,14 @@ TEST(ScanLayersUnrolled, HomogeneousTupleEqualsTheRunTimeLoop) {
   const auto params = hana::make_tuple(ps[0], ps[1], ps[2], ps[3], ps[4]);
 
   EXPECT_EQ(xshard::scan_layers(layers, params, x), xshard::scan_layers(tanh2{}, stacked, x));
-  for (const auto policy : policies) {
+  for (const auto policy : xshard::remat_policies) {
     const auto [want_grads, want_dx] = xshard::scan_layers_vjp(tanh2{}, stacked, x, gy, policy);
     const auto [grads, dx] = xshard::scan_layers_vjp(layers, params, x, gy, policy);
-    EXPECT_EQ(dx, want_dx) << policy_name(policy);
+    EXPECT_EQ(dx, want_dx) << std::string(xshard::remat_name(policy));
     const auto got = xshard::stack_params<tanh2>(
         {hana::at_c<0>(grads), hana::at_c<1>(grads), hana::at_c<2>(grads), hana::at_c<3>(grads), hana::at_c<4>(grads)});
-    EXPECT_EQ(std::get<0>(got), std::get<0>(want_grads)) << policy_name(policy) << ": weights";
-    EXPECT_EQ(std::get<1>(got), std::get<1>(want_grads)) << policy_name(policy) << ": biases";
+    EXPECT_EQ(std::get<0>(got), std::get<0>(want_grads)) << std::string(xshard::remat_name(policy)) << ": weights";
+    EXPECT_EQ(std::get<1>(got), std::get<1>(want_grads)) << std::string(xshard::remat_name(policy)) << ": biases";
   }
 }
 
@@ -296,12 +282,12 @@ TEST(ScanLayersUnrolled, TraceShowsEveryLayer) {
   tr.stop();
   EXPECT_EQ(scan_events(), forward);
 
-  for (const auto policy : policies) {
+  for (const auto policy : xshard::remat_policies) {
     tr.clear();
     tr.start();
     (void)xshard::scan_layers_vjp(h.layers, h.params, h.x, h.gy, policy);
     tr.stop();
-    EXPECT_EQ(scan_events(), forward_backward) << policy_name(policy);
+    EXPECT_EQ(scan_events(), forward_backward) << std::string(xshard::remat_name(policy));
   }
 
   tr.clear();  // off: nothing recorded

@@ -10,6 +10,8 @@
 //                         dots_saveable), for layers that provide
 //                         forward_saving_dots / restore; others save all
 //
+// remat_name(policy) spells a policy as above; remat_policies lists them.
+//
 // Gradients are identical (bit for bit) under every policy.
 //
 // Also shared by both forms: detail::in_layer, which names the layer and
@@ -19,6 +21,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "../core/error.hpp"
@@ -27,6 +30,23 @@
 namespace xshard {
 
 enum class remat { save_all, recompute, dots_saveable };
+
+/// Every policy, in declaration order.
+inline constexpr remat remat_policies[] = {remat::save_all, remat::recompute, remat::dots_saveable};
+
+/// The policy's name as spelled in code: "save_all", "recompute",
+/// "dots_saveable" (for command lines, traces and benchmark labels).
+constexpr std::string_view remat_name(remat policy) noexcept {
+  switch (policy) {
+    case remat::save_all:
+      return "save_all";
+    case remat::recompute:
+      return "recompute";
+    case remat::dots_saveable:
+      return "dots_saveable";
+  }
+  return "?";
+}
 
 namespace detail {
 
