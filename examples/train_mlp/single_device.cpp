@@ -67,14 +67,15 @@ single_device_run train(const data_set& data, const std::vector<DenseBlock::para
   single_device_run run;
   run.losses.resize(o.steps);
   const bool alone = o.devices == 1;
+  DenseParams grads = ref;  // kept across steps: the pullback writes each layer's gradients into it
   for (std::size_t i = 0; i < o.steps; ++i) {
     const std::size_t step = first_step + i;
     const auto x = rows(data.x, step);
     auto [y, pullback] = xshard::scan_layers_vjp(dense, ref, x, o.policy);
     const xt::xtensor<T, 2> diff = y - rows(data.y, step);
     run.losses[i] = xt::sum(diff * diff)() / T(batch * width);
-    const auto grads = pullback(diff * (T(2) / T(batch * width))).first;
-    opt.step(ref, grads);  // plain SGD: p -= lr g
+    (void)pullback(diff * (T(2) / T(batch * width)), grads);  // (returns dx: unused)
+    opt.step(ref, grads);                                     // plain SGD: p -= lr g
     if (alone && o.progress && (i % std::max<std::size_t>(1, o.steps / 10) == 0 || i + 1 == o.steps))
       std::cout << "step " << step + 1 << "  loss " << run.losses[i] << "\n";
   }

@@ -142,6 +142,43 @@ TEST(ScanLayers, ShapeErrorsInsideTheStackNameTheLayerAndPass) {
   }
 }
 
+// The pullback writing into a stack the caller keeps (as a training loop
+// keeps its gradients from step to step) gives the returned stack's bits,
+// whatever the stack held before.
+TEST(ScanLayers, PullbackIntoAKeptStackEqualsTheReturnedStack) {
+  const std::size_t depth = 5;
+  const auto stacked = xshard::stack_params<L>(random_layers(depth, 4, 8));
+  auto kept = xshard::stack_params<L>(random_layers(depth, 4, 9));  // stale values, overwritten
+  const mat x = xt::random::randn<T>({3, 4});
+  const mat gy = xt::random::randn<T>({3, 4});
+  for (const auto policy : xshard::remat_policies) {
+    const auto [want, want_dx] = xshard::scan_layers_vjp(L{}, stacked, x, gy, policy);
+    auto vjp = xshard::scan_layers_vjp(L{}, stacked, x, policy);
+    const mat dx = vjp.second(gy, kept);
+    EXPECT_EQ(dx, want_dx) << xshard::remat_name(policy);
+    EXPECT_EQ(std::get<0>(kept), std::get<0>(want)) << xshard::remat_name(policy);
+    EXPECT_EQ(std::get<1>(kept), std::get<1>(want)) << xshard::remat_name(policy);
+  }
+}
+
+TEST(ScanLayers, PullbackIntoAStackOfAnotherShapeNamesTheParameter) {
+  const auto stacked = xshard::stack_params<L>(random_layers(5, 4, 10));
+  auto shallow = xshard::stack_params<L>(random_layers(4, 4, 11));
+  const mat x = xt::ones<T>({3, 4});
+  auto vjp = xshard::scan_layers_vjp(L{}, stacked, x, xshard::remat::save_all);
+  EXPECT_EQ(xshard_test::error_of([&] { (void)vjp.second(x, shallow); }),
+            "xshard: scan_layers_vjp: the gradient stack's \"weight\" has shape [4,4,4], the parameters' [5,4,4]");
+  auto narrow = stacked;
+  std::get<1>(narrow) = xt::zeros<T>({std::size_t{5}, std::size_t{3}});
+  EXPECT_EQ(xshard_test::error_of([&] { (void)vjp.second(x, narrow); }),
+            "xshard: scan_layers_vjp: the gradient stack's \"bias\" has shape [5,3], the parameters' [5,4]");
+  // The checks ran before the pullback did: it still runs, once.
+  auto good = stacked;
+  EXPECT_EQ(xshard_test::error_of([&] { (void)vjp.second(x, good); }), "no error");
+  EXPECT_EQ(xshard_test::error_of([&] { (void)vjp.second(x, good); }),
+            "xshard: scan_layers_vjp: a pullback runs once (its saved residuals are consumed)");
+}
+
 TEST(ScanLayers, MismatchedParameterShapesNameTheLayerAndParameter) {
   auto ps = random_layers(3, 4, 5);
   std::get<1>(ps[2]) = vec(xt::zeros<T>({5}));

@@ -35,6 +35,7 @@
 #include <xtensor/xview.hpp>
 
 #include "../core/error.hpp"
+#include "../core/text.hpp"         // detail::shape_text
 #include "../core/thread_pool.hpp"  // parallel_ranges: stacking copies over the pool
 #include "../nn/layer.hpp"
 #include "../spmd/einsum.hpp"
@@ -56,6 +57,7 @@ struct stacking<xt::xtensor<T, R>> {
   using type = xt::xtensor<T, R + 1>;
   static std::vector<std::int64_t> shape(const xt::xtensor<T, R>& e) { return {e.shape().begin(), e.shape().end()}; }
   static std::size_t depth(const type& s) { return s.shape()[0]; }
+  static std::vector<std::int64_t> shape_of_stack(const type& s) { return {s.shape().begin(), s.shape().end()}; }
   static xt::xtensor<T, R> slice(const type& s, std::size_t l) { return xt::view(s, l); }
   static auto view(const type& s, std::size_t l) { return xt::view(s, l); }  // no copy
   static type stack(const std::vector<const xt::xtensor<T, R>*>& layers) {
@@ -78,6 +80,19 @@ struct stacking<xt::xtensor<T, R>> {
     });
     return out;
   }
+  /// Whether `e` has the shape of one layer of `s`.
+  static bool fits(const type& s, const xt::xtensor<T, R>& e) {
+    for (std::size_t d = 0; d < R; ++d)
+      if (s.shape()[d + 1] != e.shape()[d]) return false;
+    return true;
+  }
+  /// Copies `e` into layer l of `s` (@pre fits(s, e)), in element ranges
+  /// over the thread pool.
+  static void put(type& s, std::size_t l, const xt::xtensor<T, R>& e) {
+    T* const dst = s.data() + l * e.size();
+    parallel_ranges(e.size(), 16384,
+                    [&](std::size_t lo, std::size_t hi) { std::copy(e.data() + lo, e.data() + hi, dst + lo); });
+  }
 };
 
 /// The spec of a stack of S-sharded tensors: an unsharded leading dim.
@@ -98,6 +113,9 @@ struct stacking<sharded<T, R, M, S>> {
     return {e.global_shape().begin(), e.global_shape().end()};
   }
   static std::size_t depth(const type& s) { return static_cast<std::size_t>(s.global_shape()[0]); }
+  static std::vector<std::int64_t> shape_of_stack(const type& s) {
+    return {s.global_shape().begin(), s.global_shape().end()};
+  }
   static layer_type slice(const type& s, std::size_t l) {
     std::array<std::int64_t, R> g{};
     for (std::size_t d = 0; d < R; ++d) g[d] = s.global_shape()[d + 1];
@@ -111,6 +129,14 @@ struct stacking<sharded<T, R, M, S>> {
     std::vector<const xt::xtensor<T, R>*> blocks;
     for (const auto* e : layers) blocks.push_back(&e->local());
     return type(layers[0]->device(), g, stacking<xt::xtensor<T, R>>::stack(blocks));
+  }
+  static bool fits(const type& s, const layer_type& e) {
+    for (std::size_t d = 0; d < R; ++d)
+      if (s.global_shape()[d + 1] != e.global_shape()[d]) return false;
+    return stacking<xt::xtensor<T, R>>::fits(s.local(), e.local());
+  }
+  static void put(type& s, std::size_t l, const layer_type& e) {
+    stacking<xt::xtensor<T, R>>::put(s.local(), l, e.local());
   }
 };
 
@@ -265,7 +291,52 @@ class scan_layers_pullback {
     return {stack_params<L>(grads), std::move(gy)};
   }
 
+  /// The same, writing the parameter gradients into `grads`, a stack the
+  /// caller keeps (shaped like the parameters, e.g. from the previous
+  /// step): each layer's gradients are copied in as soon as they are made,
+  /// while they are still in cache, and no stack is allocated. Returns the
+  /// input gradient. A stack of another depth or layer shape is an
+  /// xshard::error naming the parameter, thrown before any layer runs.
+  typename L::input operator()(typename L::output gy, stacked_params<L>& grads) {
+    if (used_) throw error("xshard: scan_layers_vjp: a pullback runs once (its saved residuals are consumed)");
+    const std::size_t n = saved_.size();
+    check_stack(grads, n);
+    used_ = true;
+    if (n == 0) throw error("xshard: scan_layers_vjp: an empty stack has no gradients");
+    for (std::size_t i = n; i-- > 0;) {
+      const trace_me t("scan_layers/backward", {{"layer", i}});
+      const auto p = detail::layer_args<L>(*params_, i);
+      auto [gp, gx] = detail::in_layer(
+          i, "backward", [&] { return layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy); });
+      saved_.pop_back();
+      detail::for_each_param<L>([&](auto k) {
+        constexpr std::size_t K = decltype(k)::value;
+        using S = detail::stacking<std::tuple_element_t<K, typename L::params>>;
+        if (!S::fits(std::get<K>(grads), std::get<K>(gp)))
+          throw error("xshard: scan_layers_vjp: layer " + std::to_string(i) + "'s gradient of \"" +
+                      std::string(L::param_names[K]) + "\" has another shape than its parameter");
+        S::put(std::get<K>(grads), i, std::get<K>(gp));
+      });
+      gy = std::move(gx);
+    }
+    return gy;
+  }
+
  private:
+  /// A gradient stack must stack n layers shaped like the parameters'.
+  void check_stack(const stacked_params<L>& grads, std::size_t n) const {
+    detail::for_each_param<L>([&](auto k) {
+      constexpr std::size_t K = decltype(k)::value;
+      using S = detail::stacking<std::tuple_element_t<K, typename L::params>>;
+      const auto& g = std::get<K>(grads);
+      const auto& p = std::get<K>(*params_);
+      if (S::depth(g) != n || S::shape_of_stack(g) != S::shape_of_stack(p))
+        throw error("xshard: scan_layers_vjp: the gradient stack's \"" + std::string(L::param_names[K]) +
+                    "\" has shape " + detail::shape_text(S::shape_of_stack(g)) + ", the parameters' " +
+                    detail::shape_text(S::shape_of_stack(p)));
+    });
+  }
+
   const L* layer_;
   const stacked_params<L>* params_;
   std::vector<remat_saved<L>> saved_;
