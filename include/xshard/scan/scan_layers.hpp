@@ -306,9 +306,10 @@ class scan_layers_pullback {
     for (std::size_t i = n; i-- > 0;) {
       const trace_me t("scan_layers/backward", {{"layer", i}});
       const auto p = detail::layer_args<L>(*params_, i);
-      auto [gp, gx] = detail::in_layer(
+      auto r = detail::in_layer(  // not a structured binding: Clang 14 cannot capture one in a lambda
           i, "backward", [&] { return layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy); });
       saved_.pop_back();
+      const auto& gp = r.first;
       detail::for_each_param<L>([&](auto k) {
         constexpr std::size_t K = decltype(k)::value;
         using S = detail::stacking<std::tuple_element_t<K, typename L::params>>;
@@ -317,7 +318,7 @@ class scan_layers_pullback {
                       std::string(L::param_names[K]) + "\" has another shape than its parameter");
         S::put(std::get<K>(grads), i, std::get<K>(gp));
       });
-      gy = std::move(gx);
+      gy = std::move(r.second);
     }
     return gy;
   }
