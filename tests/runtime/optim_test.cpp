@@ -225,6 +225,56 @@ TEST(Optim, AdamwFloatKernelMatchesReferenceAndIgnoresChunking) {
   }
 }
 
+// SGD's float update (the AVX-512 or AVX2 kernel where the CPU has one; the
+// isa.* CTests rerun it capped at avx2 and generic) against the same
+// formulas in a plain float loop, bit for bit, in each of its forms, and the
+// same bits however the elements are cut into calls.
+TEST(Optim, SgdFloatKernelIsThePlainLoopAndIgnoresChunking) {
+  struct form {
+    xshard::sgd rule;
+    const char* name;
+  };
+  const form forms[] = {{{.lr = 0.1}, "plain"},
+                        {{.lr = 0.1, .weight_decay = 0.01}, "weight decay"},
+                        {{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}, "momentum"},
+                        {{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true}, "nesterov"}};
+  for (const form& f : forms) {
+    const float lr = static_cast<float>(f.rule.lr), mu = static_cast<float>(f.rule.momentum),
+                wd = static_cast<float>(f.rule.weight_decay), scale = 0.5f;
+    for (const std::size_t n : {1u, 7u, 8u, 15u, 16u, 17u, 33u, 100u}) {
+      std::vector<float> p(n), g(n), b(n, 0.0f);
+      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + 0.3));
+      std::vector<float> want = p, want_b = b, pc = p, bc = b;  // pc, bc: updated in chunks of 5
+      for (int t = 1; t <= 3; ++t) {
+        for (std::size_t i = 0; i < n; ++i) g[i] = static_cast<float>(std::cos(1.3 * static_cast<double>(i) + t));
+        float* s[] = {b.data()};
+        f.rule.update(p.data(), g.data(), scale, s, n, t);
+        for (std::size_t at = 0; at < n; at += 5) {
+          float* sc[] = {bc.data() + at};
+          f.rule.update(pc.data() + at, g.data() + at, scale, sc, std::min<std::size_t>(5, n - at), t);
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          if (f.rule.momentum == 0) {
+            const float gi = f.rule.weight_decay == 0 ? g[i] * scale : g[i] * scale + wd * want[i];
+            want[i] = want[i] - lr * gi;
+          } else {
+            const float gi = g[i] * scale + wd * want[i];
+            want_b[i] = mu * want_b[i] + gi;
+            want[i] = want[i] - lr * (f.rule.nesterov ? gi + mu * want_b[i] : want_b[i]);
+          }
+        }
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(p[i], want[i]) << f.name << ", n " << n << ", element " << i;
+        EXPECT_EQ(pc[i], want[i]) << f.name << ", n " << n << ", element " << i << " (chunks of 5)";
+        if (f.rule.momentum != 0) {
+          EXPECT_EQ(b[i], want_b[i]) << f.name << ", n " << n << ", element " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(Optim, SgdMomentumMatchesNaiveReference) {
   for (bool nesterov : {false, true}) {
     const xshard::sgd rule{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = nesterov};

@@ -84,6 +84,20 @@ struct sgd {
     parallel_ranges(
         n, 16384,
         [&](std::size_t lo, std::size_t hi) {
+#if XSHARD_X86_KERNELS
+          if constexpr (std::is_same_v<T, float>) {
+            const detail::x86::sgd_constants k{scale, lr_, mu, wd, momentum != 0, weight_decay != 0, nesterov};
+            switch (active_isa()) {
+              case simd_isa::avx512:
+                return detail::x86::avx512::sgd_update(p + lo, g + lo, b ? b + lo : nullptr, hi - lo, k);
+              case simd_isa::avx2:
+                return detail::x86::avx2::sgd_update(p + lo, g + lo, b ? b + lo : nullptr, hi - lo, k);
+              case simd_isa::generic:
+                break;
+            }
+          }
+#endif
+          // The arithmetic of optim/arch/x86.hpp's kernels.
           if (momentum == 0) {
             if (weight_decay == 0) {
               for (std::size_t i = lo; i < hi; ++i) p[i] -= lr_ * (g[i] * scale);
