@@ -268,25 +268,14 @@ class scan_layers_pullback {
   /// The stacked parameter gradients and the input gradient for the
   /// output gradient gy.
   std::pair<stacked_params<L>, typename L::input> operator()(typename L::output gy) {
-    if (used_) throw error("xshard: scan_layers_vjp: a pullback runs once (its saved residuals are consumed)");
-    used_ = true;
-    const std::size_t n = saved_.size();
-    if (n == 0) throw error("xshard: scan_layers_vjp: an empty stack has no gradients");
+    claim();
     // Per-layer gradients, stacked at the end: the peak is the larger of
     // (saved residuals + the gradients so far) and twice the gradients,
     // never both (a stack allocated up front would add the gradients to
     // the residuals' peak).
     std::vector<typename L::params> grads;
-    grads.reserve(n);
-    for (std::size_t i = n; i-- > 0;) {
-      const trace_me t("scan_layers/backward", {{"layer", i}});
-      const auto p = detail::layer_args<L>(*params_, i);
-      auto [gp, gx] = detail::in_layer(
-          i, "backward", [&] { return layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy); });
-      saved_.pop_back();  // free as we go
-      grads.push_back(std::move(gp));
-      gy = std::move(gx);
-    }
+    grads.reserve(saved_.size());
+    gy = backward(std::move(gy), [&](std::size_t, auto&& gp) { grads.push_back(std::move(gp)); });
     std::reverse(grads.begin(), grads.end());
     return {stack_params<L>(grads), std::move(gy)};
   }
@@ -298,18 +287,9 @@ class scan_layers_pullback {
   /// input gradient. A stack of another depth or layer shape is an
   /// xshard::error naming the parameter, thrown before any layer runs.
   typename L::input operator()(typename L::output gy, stacked_params<L>& grads) {
-    if (used_) throw error("xshard: scan_layers_vjp: a pullback runs once (its saved residuals are consumed)");
-    const std::size_t n = saved_.size();
-    check_stack(grads, n);
-    used_ = true;
-    if (n == 0) throw error("xshard: scan_layers_vjp: an empty stack has no gradients");
-    for (std::size_t i = n; i-- > 0;) {
-      const trace_me t("scan_layers/backward", {{"layer", i}});
-      const auto p = detail::layer_args<L>(*params_, i);
-      auto r = detail::in_layer(  // not a structured binding: Clang 14 cannot capture one in a lambda
-          i, "backward", [&] { return layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy); });
-      saved_.pop_back();
-      const auto& gp = r.first;
+    claim();
+    check_stack(grads, saved_.size());
+    return backward(std::move(gy), [&](std::size_t i, auto&& gp) {
       detail::for_each_param<L>([&](auto k) {
         constexpr std::size_t K = decltype(k)::value;
         using S = detail::stacking<std::tuple_element_t<K, typename L::params>>;
@@ -318,12 +298,35 @@ class scan_layers_pullback {
                       std::string(L::param_names[K]) + "\" has another shape than its parameter");
         S::put(std::get<K>(grads), i, std::get<K>(gp));
       });
+    });
+  }
+
+ private:
+  /// A pullback runs once: its saved residuals are consumed.
+  void claim() const {
+    if (used_) throw error("xshard: scan_layers_vjp: a pullback runs once (its saved residuals are consumed)");
+  }
+
+  /// The backward through the layers, last to first, freeing each layer's
+  /// saved residuals as it goes: take(i, layer i's parameter gradients),
+  /// then the input gradient.
+  template <class Take>
+  typename L::input backward(typename L::output gy, Take&& take) {
+    used_ = true;
+    const std::size_t n = saved_.size();
+    if (n == 0) throw error("xshard: scan_layers_vjp: an empty stack has no gradients");
+    for (std::size_t i = n; i-- > 0;) {
+      const trace_me t("scan_layers/backward", {{"layer", i}});
+      const auto p = detail::layer_args<L>(*params_, i);
+      auto r = detail::in_layer(  // not a structured binding: Clang 14 cannot capture one in a lambda
+          i, "backward", [&] { return layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy); });
+      saved_.pop_back();  // free as we go
+      take(i, std::move(r.first));
       gy = std::move(r.second);
     }
     return gy;
   }
 
- private:
   /// A gradient stack must stack n layers shaped like the parameters'.
   void check_stack(const stacked_params<L>& grads, std::size_t n) const {
     detail::for_each_param<L>([&](auto k) {
