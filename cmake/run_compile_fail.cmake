@@ -33,22 +33,8 @@ if(expect STREQUAL "")
   message(FATAL_ERROR "${SOURCE}: the `// expect:` line has an empty regex")
 endif()
 
-# The flags: line 1 split as a command line, then one argument per line;
-# empty -D/-I entries (an empty property) and the compiler's implicit include
-# directories (-I/usr/include would break #include_next) are dropped.
-file(STRINGS "${FLAGS_FILE}" lines)
-list(POP_FRONT lines first_line)
-separate_arguments(flags UNIX_COMMAND "${first_line}")
-foreach(arg IN LISTS lines)
-  string(STRIP "${arg}" arg)
-  if(arg STREQUAL "" OR arg STREQUAL "-D" OR arg STREQUAL "-I")
-    continue()
-  endif()
-  if(arg MATCHES "^-I(.*)$" AND "${CMAKE_MATCH_1}" IN_LIST IMPLICIT_INCLUDES)
-    continue()
-  endif()
-  list(APPEND flags "${arg}")
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/read_flags_file.cmake)
+xshard_read_flags_file("${FLAGS_FILE}" "${IMPLICIT_INCLUDES}" flags)
 
 execute_process(
   COMMAND "${COMPILER}" ${flags} -fsyntax-only "${SOURCE}"

@@ -11,10 +11,11 @@
 #include <vector>
 #include <xshard/nn/mlp.hpp>
 #include <xshard/optim/optimizer.hpp>
-#include <xshard/scan/remat.hpp>
 #include <xshard/scan/scan_layers.hpp>  // stacked_params
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>
+
+#include "options.hpp"
 
 namespace train_mlp {
 
@@ -29,23 +30,6 @@ using DenseParams = xshard::stacked_params<DenseBlock>;
 constexpr std::size_t layers = 8, width = 128, hidden = 512, batch = 64, samples = 1024;
 constexpr T learning_rate = 0.1f;             // SGD (the default)
 constexpr double adamw_learning_rate = 1e-3;  // AdamW, weight decay 0.01
-
-enum class optimizer_kind { sgd, adamw };
-
-/// The command line (main.cpp reads it with CLI11).
-struct options {
-  std::size_t steps = 300;
-  std::string trace_path = "train_mlp.trace.json";
-  bool progress = true;
-  optimizer_kind opt = optimizer_kind::sgd;
-  std::string save_dir, resume_dir, compare_file;
-  int devices = 4;
-  bool print_losses = false;
-  /// What each layer's forward keeps (both runs): dots_saveable (the
-  /// default) keeps x and h and recomputes gelu; save_all keeps everything
-  /// the backward reads, as PyTorch eager does; recompute keeps x only.
-  xshard::remat policy = xshard::remat::dots_saveable;
-};
 
 /// The update rule, as xshard::optimizer takes it.
 template <class Rule>

@@ -1,5 +1,6 @@
 // train_transformer's model, task and training loop, shared by its
-// translation units: main.cpp (command line, plans, checks, report),
+// translation units: main.cpp (plans, checks, report), cli.cpp (the
+// command line, options.hpp),
 // mesh_tp.cpp and mesh_sp.cpp (the 2x2 mesh run, one layout each) and
 // single_device.cpp (the same training on one device). Each TU
 // instantiates only its own part of the templates, and they compile in
@@ -24,6 +25,8 @@
 #include <xshard/scan/remat.hpp>
 #include <xshard/scan/scan_layers.hpp>
 #include <xtensor/xtensor.hpp>
+
+#include "options.hpp"
 
 namespace train_transformer {
 
@@ -64,20 +67,6 @@ struct model {
 };
 using Dense = model<xshard::replicated_decoder>;
 constexpr auto policy = xshard::remat::save_all;  // every step's collectives are exactly the plans'
-
-enum class layout_kind { tp, sp };
-
-struct options {
-  std::size_t steps = 400;
-  layout_kind layout = layout_kind::tp;
-  int devices = 4;
-  bool progress = true;
-  bool check_single = true;
-  std::string trace_path = "train_transformer.trace.json";
-  std::string save_dir, resume_dir, init_file;
-  bool print_losses = false;
-  bool mpi = false;
-};
 
 /// `count` samples of the task from `seed`: tokens [count, seq].
 xt::xtensor<std::int64_t, 2> make_samples(std::size_t count, std::uint64_t seed);
