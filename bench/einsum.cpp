@@ -635,6 +635,9 @@ void describe_setup() {
 #else
   benchmark::AddCustomContext("tu_isa", "baseline x86-64 (SSE2); xshard dispatches at run time");
 #endif
+  // The kernels xshard's run-time dispatch picked (XSHARD_ISA caps them).
+  constexpr const char* isa_names[] = {"generic", "avx2", "avx512"};
+  benchmark::AddCustomContext("xshard_kernels", isa_names[static_cast<int>(xshard::active_isa())]);
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
 #if XSHARD_BENCH_HAVE_OPENBLAS
   if (coretype == nullptr || *coretype == '\0')

@@ -81,7 +81,7 @@ def worker(threads, reps, min_time, libs):
     import numpy as np
 
     result = {"threads": threads, "env": {k: os.environ.get(k) for k in (
-        "OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+        "OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY")}}
     result["numpy_version"] = np.__version__
     torch = None
     if "torch" in libs:

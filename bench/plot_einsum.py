@@ -229,7 +229,7 @@ def main():
     md.append("")
     for t in sorted(ctx):
         c = ctx[t]
-        keys = ["date", "host_name", "num_cpus", "mhz_per_cpu", "load_avg", "library_build_type", "compiler", "tu_isa",
+        keys = ["date", "host_name", "num_cpus", "mhz_per_cpu", "load_avg", "library_build_type", "compiler", "tu_isa", "xshard_kernels",
                 "xshard_threads", "openblas_corename", "openblas_threads", "openblas_coretype_env", "openblas_config",
                 "eigen_version", "eigen_simd", "eigen_device"]
         parts = [f"{k}={c[k]}" for k in keys if k in c]

@@ -6,6 +6,7 @@
 #   FILTER='f32/' bench/run_einsum.sh      # --benchmark_filter for bench/einsum
 #   SKIP_PEERS=1 / SKIP_BUILD=1            # reuse peers.json / the built binary
 #   EXTRA_ARGS='--benchmark_min_time=0.1'  # more flags for bench/einsum
+#   ISA=avx2 bench/run_einsum.sh           # AVX2 on an AVX-512 CPU, into bench/results/avx2
 #
 # 1. Configures and builds the `release` preset's bench/einsum target (GCC,
 #    -O3; bench/einsum adds -march=native unless XSHARD_BENCH_EINSUM_NATIVE=OFF,
@@ -21,13 +22,29 @@
 # 4. Runs bench/plot_einsum.py -> $OUT/einsum.md and $OUT/einsum.png.
 # $OUT defaults to bench/results. $OUT/build_info.txt records the commit, the
 # state of the einsum headers and the compile command used.
+# ISA=avx2 caps every side at AVX2 for a same-machine comparison: xshard's
+# kernels (XSHARD_ISA=avx2), OpenBLAS's (OPENBLAS_CORETYPE=Haswell, which
+# numpy and torch load too) and torch's own (ATEN_CPU_CAPABILITY=avx2); $OUT
+# then defaults to bench/results/avx2. (Eigen is compiled, not dispatched: it
+# keeps bench/einsum's -march.)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 REPS="${REPS:-5}"
 THREADS="${THREADS:-1 2}"
-OUT="${OUT:-bench/results}"
 FILTER="${FILTER:-}"
+ISA="${ISA:-}"
+case "$ISA" in
+  "") OUT="${OUT:-bench/results}" ;;
+  avx2)
+    OUT="${OUT:-bench/results/avx2}"
+    export XSHARD_ISA=avx2 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2
+    ;;
+  *)
+    echo "run_einsum.sh: ISA must be empty (the CPU's best) or avx2, not '$ISA'" >&2
+    exit 2
+    ;;
+esac
 export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Cooperlake}"
 
 # numpy and torch are Debian packages: prefer Debian's interpreter over any
@@ -69,6 +86,7 @@ for e in json.load(open("build/release/compile_commands.json")):
 EOF
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cpu(s)"
   echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE}"
+  echo "XSHARD_ISA=${XSHARD_ISA:-} ATEN_CPU_CAPABILITY=${ATEN_CPU_CAPABILITY:-}"
 } >"$OUT/build_info.txt"
 cat "$OUT/build_info.txt"
 
