@@ -7,13 +7,18 @@
 #               builds everything and runs every test (runtime, compile-only,
 #               headers, compile-fail, contract, package, the MPI backend under
 #               mpiexec, the example). This is the Clang build of the suite.
+#               train_transformer, which no test runs, is compile-checked
+#               (-fsyntax-only, CTest syntax.*) instead of built; both
+#               sanitizer presets keep line tables only (-gline-tables-only /
+#               -g1: file and line in every report, less to compile).
 #   tsan        GCC 12, Debug, ThreadSanitizer: builds everything and runs
 #               every test but the MPI ones (the tsan test preset excludes
 #               label mpi: Open MPI is not built with TSan, and under it
 #               MPI_Init alone reports races and a lock-order inversion among
 #               Open MPI's own threads; each rank is a single-threaded
 #               process of ours, and asan-ubsan runs them). This is the GCC
-#               build of the suite.
+#               build of the suite. The MPI tests' executables are
+#               compile-checked (CTest syntax.*), not built.
 #   fuzz        Clang 14 libFuzzer + ASan + UBSan: each fuzz target for a few
 #               seconds from its corpus (tests/fuzz, ctest -L fuzz).
 #   aarch64     Debian's aarch64 cross compiler: the whole library and the
