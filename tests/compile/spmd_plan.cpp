@@ -95,6 +95,17 @@ static_assert(ar.collective_count() == 1 && ar.steps[0].kind == xshard::step_kin
 // replicate -> shard: a local slice, no traffic.
 constexpr auto sl = xshard::plan_redistribute(layout(spec<"None, None">{}), resolved(spec<"model, data">{}), mesh);
 static_assert(sl.collective_count() == 0 && sl.steps.size() == 1 && sl.steps[0].kind == xshard::step_kind::slice);
+// The layouts each step acts on, replayed from the plan's start (hand-checked).
+static_assert(a2a.before(0) == layout(spec<"data, None">{}) && a2a.before(1) == layout(spec<"None, data">{}));
+static_assert(rs.before(0) == layout(spec<"data, None">{}, model) && rs.before(1) == layout(spec<"data, model">{}));
+static_assert(ar.before(1) == layout(spec<"data, None">{}) && sl.before(1) == layout(spec<"model, data">{}));
+// "data, model" -> "model, data": all-gather over data (dim 0), then
+// all-to-all of model from dim 1 to dim 0, then a local slice of dim 1.
+constexpr auto swap = xshard::plan_redistribute(layout(spec<"data, model">{}), resolved(spec<"model, data">{}), mesh);
+static_assert(swap.steps.size() == 3 && swap.steps[0].kind == xshard::step_kind::all_gather &&
+              swap.steps[1].kind == xshard::step_kind::all_to_all && swap.steps[2].kind == xshard::step_kind::slice);
+static_assert(swap.before(1) == layout(spec<"None, model">{}) && swap.before(2) == layout(spec<"model, None">{}) &&
+              swap.before(3) == layout(spec<"model, data">{}) && swap.before(3) == swap.result);
 // Unchanged: nothing.
 constexpr auto same = xshard::plan_redistribute(layout(spec<"data, model">{}), resolved(spec<"data, model">{}), mesh);
 static_assert(same.steps.size() == 0);

@@ -341,8 +341,7 @@ TEST(ScanInside, ShardingConstraintsRunThePlannedCollectivesEveryStep) {
   const auto expected = calls_per_step();
   std::int64_t bytes_per_step = 0;
   for (const xshard::redist_plan* p : {&to_swapped, &to_rows})
-    for (const xshard::redist_step& s : p->steps)
-      bytes_per_step += xshard::step_bytes_sent(s, M::mesh_shape(), h_shape, sizeof(float));
+    bytes_per_step += xshard::plan_bytes_sent(*p, M::mesh_shape(), h_shape, sizeof(float));
 
   xshard::thread_mesh<M> mesh;
   failures f;

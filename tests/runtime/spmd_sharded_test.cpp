@@ -165,10 +165,13 @@ void check_redistribute(xshard::thread_mesh<M>& mesh, const xt::xtensor<T, 2>& x
     if (ys.local() != want.local()) f.add(what + ": wrong block on device " + std::to_string(dev.id()));
     // The device ran exactly the plan's collectives and bytes.
     xshard::collective_counters expect;
-    for (const auto& s : plan.steps)
+    for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+      const xshard::redist_step& s = plan.steps[i];
       if (xshard::is_collective(s.kind))
         expect.add(xshard::collective_of(s.kind), xshard::group_size(M::mesh_shape(), s.axes),
-                   xshard::step_input_elements(s, M::mesh_shape(), shape) * static_cast<std::int64_t>(sizeof(T)));
+                   xshard::step_input_elements(s, plan.before(i).spec, M::mesh_shape(), shape) *
+                       static_cast<std::int64_t>(sizeof(T)));
+    }
     if (!(dev.counters() == expect)) f.add(what + ": collectives differ from the plan");
   });
 }

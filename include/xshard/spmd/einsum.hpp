@@ -146,12 +146,11 @@ constexpr std::int64_t plan_bytes_sent(const sharded_einsum_plan& p, const einsu
       const int l = b.operand_labels[i][d];
       extent[l] = extent[l] > shapes[i][d] ? extent[l] : shapes[i][d];
     }
-    for (const redist_step& s : p.operands[i].steps) total += step_bytes_sent(s, mesh, shapes[i], elem);
+    total += plan_bytes_sent(p.operands[i], mesh, shapes[i], elem);
   }
   static_vector<std::int64_t, max_einsum_rank> out;
   for (int l : b.output_labels) out.push_back(extent[l]);
-  for (const redist_step& s : p.output.steps)
-    total += step_bytes_sent(s, mesh, std::span<const std::int64_t>(out.begin(), out.end()), elem);
+  total += plan_bytes_sent(p.output, mesh, std::span<const std::int64_t>(out.begin(), out.end()), elem);
   return total;
 }
 

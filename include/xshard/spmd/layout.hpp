@@ -118,26 +118,64 @@ constexpr collective_kind collective_of(step_kind k) {
 
 /// One step: `axes` are the mesh axes it runs over; `dim` the tensor dim it
 /// gathers (all-gather, all-to-all), scatters onto (reduce-scatter) or -1;
-/// `dim2` the dim an all-to-all scatters onto. `before` is the layout the
-/// step starts from (it sizes the step's buffers).
+/// `dim2` the dim an all-to-all scatters onto. A step does not carry the
+/// layout it starts from (that would make a plan ten times larger and its
+/// compile-time evaluation as much slower): redist_plan::before replays it.
 struct redist_step {
   step_kind kind = step_kind::slice;
   axis_set axes = 0;
   int dim = -1;
   int dim2 = -1;
-  sharded_layout before{};
   friend constexpr bool operator==(const redist_step&, const redist_step&) = default;
 };
 
 inline constexpr std::size_t max_redist_steps = 2 * max_spec_rank + 2;
 
+/// The layout after step s, from `cur` before it; `target` is the spec the
+/// plan ends on (a slice step lands on it). The one rule plan_redistribute
+/// applies and redist_plan::before replays.
+constexpr void apply_step(sharded_layout& cur, const redist_step& s, const resolved_spec& target) {
+  auto lowest_axis = [](axis_set axes) {
+    int a = 0;
+    while (!(axes & axis_bit(static_cast<std::size_t>(a)))) ++a;
+    return a;
+  };
+  switch (s.kind) {
+    case step_kind::all_gather:
+      cur.spec.dims[static_cast<std::size_t>(s.dim)].clear();
+      break;
+    case step_kind::all_to_all:
+      cur.spec.dims[static_cast<std::size_t>(s.dim)].clear();
+      cur.spec.dims[static_cast<std::size_t>(s.dim2)].push_back(lowest_axis(s.axes));
+      break;
+    case step_kind::reduce_scatter:
+      cur.partial &= ~s.axes;
+      cur.spec.dims[static_cast<std::size_t>(s.dim)].push_back(lowest_axis(s.axes));
+      break;
+    case step_kind::all_reduce:
+      cur.partial &= ~s.axes;
+      break;
+    case step_kind::slice:
+      cur.spec = target;
+      break;
+  }
+}
+
 struct redist_plan {
   static_vector<redist_step, max_redist_steps> steps{};
-  sharded_layout result{};
+  sharded_layout from{};    ///< the layout step 0 acts on (axes of size 1 dropped)
+  sharded_layout result{};  ///< the layout after the last step
   constexpr std::size_t collective_count() const {
     std::size_t n = 0;
     for (const redist_step& s : steps) n += is_collective(s.kind) ? 1 : 0;
     return n;
+  }
+  /// The layout step i acts on (from, then steps 0..i-1 applied); before(
+  /// steps.size()) is result.
+  constexpr sharded_layout before(std::size_t i) const {
+    sharded_layout cur = from;
+    for (std::size_t j = 0; j < i; ++j) apply_step(cur, steps[j], result.spec);
+    return cur;
   }
 };
 
@@ -161,6 +199,11 @@ constexpr redist_plan plan_redistribute(const sharded_layout& from, const resolv
   }
   for (std::size_t a = 0; a < mesh.size(); ++a)
     if ((from.partial & axis_bit(a)) && mesh[a] > 1) cur.partial |= axis_bit(a);
+  p.from = cur;
+  auto step = [&](const redist_step& s) {
+    p.steps.push_back(s);
+    apply_step(cur, s, want);
+  };
   const std::size_t rank = cur.rank();
   // 1. Dims sharded otherwise than wanted: all-to-all or all-gather.
   for (std::size_t d = 0; d < rank; ++d) {
@@ -169,16 +212,12 @@ constexpr redist_plan plan_redistribute(const sharded_layout& from, const resolv
       const int x = cur.spec.dims[d][0];
       for (std::size_t d2 = 0; d2 < rank; ++d2) {
         if (d2 == d || !cur.spec.dims[d2].empty() || want.dims[d2].size() != 1 || want.dims[d2][0] != x) continue;
-        p.steps.push_back({step_kind::all_to_all, axis_bit(static_cast<std::size_t>(x)), static_cast<int>(d),
-                           static_cast<int>(d2), cur});
-        cur.spec.dims[d].clear();
-        cur.spec.dims[d2].push_back(x);
+        step({step_kind::all_to_all, axis_bit(static_cast<std::size_t>(x)), static_cast<int>(d), static_cast<int>(d2)});
         break;
       }
       if (cur.spec.dims[d].empty()) continue;
     }
-    p.steps.push_back({step_kind::all_gather, axes_of(cur.spec.dims[d]), static_cast<int>(d), -1, cur});
-    cur.spec.dims[d].clear();
+    step({step_kind::all_gather, axes_of(cur.spec.dims[d]), static_cast<int>(d), -1});
   }
   // 2. Partial sums: reduce-scatter where a replicated dim wants exactly
   // that axis, one all-reduce for the rest.
@@ -188,25 +227,17 @@ constexpr redist_plan plan_redistribute(const sharded_layout& from, const resolv
     bool scattered = false;
     for (std::size_t d = 0; d < rank && !scattered; ++d) {
       if (!cur.spec.dims[d].empty() || want.dims[d].size() != 1 || want.dims[d][0] != static_cast<int>(a)) continue;
-      p.steps.push_back({step_kind::reduce_scatter, axis_bit(a), static_cast<int>(d), -1, cur});
-      cur.partial &= ~axis_bit(a);
-      cur.spec.dims[d].push_back(static_cast<int>(a));
+      step({step_kind::reduce_scatter, axis_bit(a), static_cast<int>(d), -1});
       scattered = true;
     }
     if (!scattered) reduce |= axis_bit(a);
   }
-  if (reduce) {
-    p.steps.push_back({step_kind::all_reduce, reduce, -1, -1, cur});
-    cur.partial &= ~reduce;
-  }
+  if (reduce) step({step_kind::all_reduce, reduce, -1, -1});
   // 3. Replicated dims the target shards: a local slice.
   bool slice = false;
   for (std::size_t d = 0; d < rank; ++d)
     if (cur.spec.dims[d].empty() && !want.dims[d].empty()) slice = true;
-  if (slice) {
-    p.steps.push_back({step_kind::slice, sharding_axes(want) & ~sharding_axes(cur.spec), -1, -1, cur});
-    cur.spec = want;
-  }
+  if (slice) step({step_kind::slice, sharding_axes(want) & ~sharding_axes(cur.spec), -1, -1});
   p.result = cur;
   return p;
 }
@@ -220,9 +251,9 @@ constexpr redist_plan plan_redistribute(const sharded_layout& from, const resolv
 ///   reduce-scatter onto d:      G chunks of the local block with d padded to
 ///                               G tiles
 ///   all-reduce:                 the local block (equal across the group)
-constexpr std::int64_t step_input_elements(const redist_step& s, std::span<const std::int64_t> mesh,
-                                           std::span<const std::int64_t> shape) {
-  const resolved_spec& sp = s.before.spec;
+constexpr std::int64_t step_input_elements(const redist_step& s, const resolved_spec& before,
+                                           std::span<const std::int64_t> mesh, std::span<const std::int64_t> shape) {
+  const resolved_spec& sp = before;
   const std::int64_t G = group_size(mesh, s.axes);
   std::int64_t n = 1;
   switch (s.kind) {
@@ -260,12 +291,26 @@ constexpr std::int64_t step_input_elements(const redist_step& s, std::span<const
   return 0;
 }
 
-/// Bytes one device sends for a step (collective_bytes_sent of its input).
-constexpr std::int64_t step_bytes_sent(const redist_step& s, std::span<const std::int64_t> mesh,
-                                       std::span<const std::int64_t> shape, std::int64_t elem_size) {
+/// Bytes one device sends for a step from layout `before`
+/// (collective_bytes_sent of its input).
+constexpr std::int64_t step_bytes_sent(const redist_step& s, const resolved_spec& before,
+                                       std::span<const std::int64_t> mesh, std::span<const std::int64_t> shape,
+                                       std::int64_t elem_size) {
   if (!is_collective(s.kind)) return 0;
   return collective_bytes_sent(collective_of(s.kind), group_size(mesh, s.axes),
-                               step_input_elements(s, mesh, shape) * elem_size);
+                               step_input_elements(s, before, mesh, shape) * elem_size);
+}
+
+/// Bytes one device sends for a whole redistribution plan.
+constexpr std::int64_t plan_bytes_sent(const redist_plan& p, std::span<const std::int64_t> mesh,
+                                       std::span<const std::int64_t> shape, std::int64_t elem_size) {
+  std::int64_t total = 0;
+  sharded_layout cur = p.from;
+  for (const redist_step& s : p.steps) {
+    total += step_bytes_sent(s, cur.spec, mesh, shape, elem_size);
+    apply_step(cur, s, p.result.spec);
+  }
+  return total;
 }
 
 }  // namespace xshard

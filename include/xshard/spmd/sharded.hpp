@@ -232,10 +232,12 @@ xt::xtensor<T, R> cut_block(const T* global, std::span<const std::int64_t> shape
   return t;
 }
 
-/// One redistribution step's view of this device: its slices and block
-/// extents before and after the step, and the size of the step's group.
+/// One redistribution step's view of this device: the layout before the
+/// step, its slices and block extents before and after the step, and the
+/// size of the step's group.
 template <std::size_t R>
 struct step_frame {
+  const resolved_spec& before;
   std::int64_t pos, group;
   std::array<shard_slice, R> before_sl, after_sl;
   box bshape, ashape, zero;
@@ -245,9 +247,10 @@ struct step_frame {
 
 template <std::size_t R>
 step_frame<R> make_step_frame(std::int64_t pos, const redist_step& s, std::span<const std::int64_t> mesh,
-                              std::span<const std::int64_t> shape, const resolved_spec& after) {
-  step_frame<R> f{pos, group_size(mesh, s.axes), {}, {}, {}, {}, {}};
-  const auto before_sl = local_slices(mesh, s.before.spec, shape, pos);
+                              std::span<const std::int64_t> shape, const resolved_spec& before,
+                              const resolved_spec& after) {
+  step_frame<R> f{before, pos, group_size(mesh, s.axes), {}, {}, {}, {}, {}};
+  const auto before_sl = local_slices(mesh, before, shape, pos);
   const auto after_sl = local_slices(mesh, after, shape, pos);
   for (std::size_t d = 0; d < R; ++d) {
     f.before_sl[d] = before_sl[d];
@@ -259,10 +262,11 @@ step_frame<R> make_step_frame(std::int64_t pos, const redist_step& s, std::span<
   return f;
 }
 
-/// The padded shard extents of the layout before step s.
-inline box padded_box(const redist_step& s, std::span<const std::int64_t> mesh, std::span<const std::int64_t> shape) {
+/// The padded shard extents of layout `before`.
+inline box padded_box(const resolved_spec& before, std::span<const std::int64_t> mesh,
+                      std::span<const std::int64_t> shape) {
   box b;
-  for (std::int64_t e : padded_shard_shape(mesh, s.before.spec, shape)) b.push_back(e);
+  for (std::int64_t e : padded_shard_shape(mesh, before, shape)) b.push_back(e);
   return b;
 }
 
@@ -276,7 +280,7 @@ void place_members(const step_frame<R>& f, const redist_step& s, std::span<const
                    std::span<const std::int64_t> src, std::size_t dim, bool all_dims, T* out) {
   for (std::int64_t r = 0; r < f.group; ++r) {
     const std::int64_t member = group_member(mesh, s.axes, f.pos, r);
-    const auto msl = local_slices(mesh, s.before.spec, shape, member);
+    const auto msl = local_slices(mesh, f.before, shape, member);
     box ext, dst;
     for (std::size_t d = 0; d < R; ++d) {
       const bool placed = all_dims || d == dim;
@@ -295,11 +299,11 @@ void run_scatter_step(const device_ref<T>& dev, const redist_step& s, const step
                       std::span<const std::int64_t> mesh, std::span<const std::int64_t> shape, const T* block, T* out) {
   const std::int64_t G = f.group;
   const std::size_t cut = static_cast<std::size_t>(s.kind == step_kind::reduce_scatter ? s.dim : s.dim2);
-  const box padded = padded_box(s, mesh, shape);
+  const box padded = padded_box(f.before, mesh, shape);
   box cshape;
   for (std::size_t d = 0; d < R; ++d) cshape.push_back(d == cut ? (shape[d] + G - 1) / G : padded[d]);
   const std::span<const std::int64_t> cspan(cshape.begin(), cshape.end());
-  const std::int64_t chunk = step_input_elements(s, mesh, shape) / G;
+  const std::int64_t chunk = step_input_elements(s, f.before, mesh, shape) / G;
   std::vector<T> send(static_cast<std::size_t>(chunk * G), T(0));
   for (std::int64_t j = 0; j < G; ++j) {
     const shard_slice t = tile_slice(shape[cut], G, j);
@@ -322,12 +326,13 @@ void run_scatter_step(const device_ref<T>& dev, const redist_step& s, const step
 }
 
 /// Runs one redistribution step on this device's block (see layout.hpp).
-/// `block` has the extents of `s.before` for this device; returns the block
-/// of the layout after the step.
+/// `block` has the extents of layout `before` for this device; returns the
+/// block of layout `after`.
 template <class T, std::size_t R>
 xt::xtensor<T, R> run_step(const device_ref<T>& dev, const redist_step& s, std::span<const std::int64_t> mesh,
-                           std::span<const std::int64_t> shape, const resolved_spec& after, xt::xtensor<T, R> block) {
-  const step_frame<R> f = make_step_frame<R>(dev.position, s, mesh, shape, after);
+                           std::span<const std::int64_t> shape, const resolved_spec& before, const resolved_spec& after,
+                           xt::xtensor<T, R> block) {
+  const step_frame<R> f = make_step_frame<R>(dev.position, s, mesh, shape, before, after);
   xt::xtensor<T, R> out = new_block<T, R>(f.ashape);
   switch (s.kind) {
     case step_kind::slice: {
@@ -337,9 +342,9 @@ xt::xtensor<T, R> run_step(const device_ref<T>& dev, const redist_step& s, std::
       break;
     }
     case step_kind::all_reduce: {
-      const box padded = padded_box(s, mesh, shape);
+      const box padded = padded_box(before, mesh, shape);
       const std::span<const std::int64_t> pspan(padded.begin(), padded.end());
-      std::vector<T> buf(static_cast<std::size_t>(step_input_elements(s, mesh, shape)), T(0));
+      std::vector<T> buf(static_cast<std::size_t>(step_input_elements(s, before, mesh, shape)), T(0));
       copy_box(block.data(), f.bspan(), f.zero, buf.data(), pspan, f.zero, f.bshape);
       dev.all_reduce(dev.device, std::span<T>(buf), reduce_op::sum, s.axes);
       copy_box(buf.data(), pspan, f.zero, out.data(), f.aspan(), f.zero, f.ashape);
@@ -347,9 +352,9 @@ xt::xtensor<T, R> run_step(const device_ref<T>& dev, const redist_step& s, std::
     }
     case step_kind::all_gather: {
       // Send the padded block; place each member's piece along dim s.dim.
-      const box padded = padded_box(s, mesh, shape);
+      const box padded = padded_box(before, mesh, shape);
       const std::span<const std::int64_t> pspan(padded.begin(), padded.end());
-      const std::int64_t piece = step_input_elements(s, mesh, shape);
+      const std::int64_t piece = step_input_elements(s, before, mesh, shape);
       std::vector<T> send(static_cast<std::size_t>(piece), T(0)), recv(static_cast<std::size_t>(piece * f.group));
       copy_box(block.data(), f.bspan(), f.zero, send.data(), pspan, f.zero, f.bshape);
       dev.all_gather(dev.device, std::span<const T>(send), std::span<T>(recv), s.axes);
@@ -368,9 +373,12 @@ xt::xtensor<T, R> run_step(const device_ref<T>& dev, const redist_step& s, std::
 template <class T, std::size_t R>
 xt::xtensor<T, R> run_plan(const device_ref<T>& dev, const redist_plan& plan, std::span<const std::int64_t> mesh,
                            std::span<const std::int64_t> shape, xt::xtensor<T, R> block) {
-  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
-    const resolved_spec& after = i + 1 < plan.steps.size() ? plan.steps[i + 1].before.spec : plan.result.spec;
-    block = run_step<T, R>(dev, plan.steps[i], mesh, shape, after, std::move(block));
+  sharded_layout cur = plan.from;
+  for (const redist_step& s : plan.steps) {
+    sharded_layout next = cur;
+    apply_step(next, s, plan.result.spec);
+    block = run_step<T, R>(dev, s, mesh, shape, cur.spec, next.spec, std::move(block));
+    cur = next;
   }
   return block;
 }
