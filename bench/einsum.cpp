@@ -35,6 +35,12 @@
 //                         memory (row-major); the two batched cases loop over
 //                         the 128 (b, h) matrices, each a 2-D contraction on
 //                         the device (Eigen's contraction has no batch dims).
+//   f32/mlp_layer/...     the six GEMMs of one train_mlp layer (batch 64,
+//                         width 128, hidden 512: forward h = x W1^T and
+//                         y = a W2^T, backward da, dW2, dx, dW1), xshard's
+//                         einsum_into against six cblas_sgemm calls. A
+//                         300-step train_mlp run does 2400 of them: this is
+//                         the GEMM floor of its training step.
 //   f32/sgemm2048/openblas  square sgemm n=2048: the machine's yardstick
 //                         (first benchmark; f32/sgemm2048_again/openblas
 //                         repeats it after the f64 cases to show drift).
@@ -200,6 +206,39 @@ void xshard_attn_qk(problem<float, 4, 4, 4>& p) { xshard::einsum_into<"bhqd,bhkd
 void xshard_attn_pv(problem<float, 4, 4, 4>& p) { xshard::einsum_into<"bhqk,bhkd->bhqd">(p.c, p.a, p.b); }
 void xshard_ikj_jkl(problem<float, 3, 3, 2>& p) { xshard::einsum_into<"ikj,jkl->il">(p.c, p.a, p.b); }
 
+/// One train_mlp layer's GEMMs (examples/train_mlp/model.hpp's shapes).
+struct mlp_layer_problem {
+  static constexpr std::size_t b = 64, d = 128, f = 512;
+  xt::xtensor<float, 2> x, w1, w2, a, g, dh;     // inputs
+  xt::xtensor<float, 2> h, y, da, dw2, dx, dw1;  // outputs
+  double flops() const { return 6 * 2.0 * b * d * f; }
+};
+mlp_layer_problem& mlp_layer() {
+  static auto p = [] {
+    using P = mlp_layer_problem;
+    auto q = std::make_unique<P>();
+    auto make = [](std::size_t r, std::size_t c, unsigned seed) {
+      xt::xtensor<float, 2> t = xt::xtensor<float, 2>::from_shape({r, c});
+      fill_random<float>(t, seed);
+      return t;
+    };
+    q->x = make(P::b, P::d, 1), q->w1 = make(P::f, P::d, 2), q->w2 = make(P::d, P::f, 3);
+    q->a = make(P::b, P::f, 4), q->g = make(P::b, P::d, 5), q->dh = make(P::b, P::f, 6);
+    q->h = make(P::b, P::f, 0), q->y = make(P::b, P::d, 0), q->da = make(P::b, P::f, 0);
+    q->dw2 = make(P::d, P::f, 0), q->dx = make(P::b, P::d, 0), q->dw1 = make(P::f, P::d, 0);
+    return q;
+  }();
+  return *p;
+}
+void xshard_mlp_layer(mlp_layer_problem& p) {
+  xshard::einsum_into<"...n,mn->...m">(p.h, p.x, p.w1);    // h = x W1^T
+  xshard::einsum_into<"...m,km->...k">(p.y, p.a, p.w2);    // y = a W2^T
+  xshard::einsum_into<"...k,km->...m">(p.da, p.g, p.w2);   // da = g W2
+  xshard::einsum_into<"...k,...m->km">(p.dw2, p.g, p.a);   // dW2 = g^T a
+  xshard::einsum_into<"...m,mn->...n">(p.dx, p.dh, p.w1);  // dx = dh W1
+  xshard::einsum_into<"...m,...n->mn">(p.dw1, p.dh, p.x);  // dW1 = dh^T x
+}
+
 void set_flops(State& state, double flops) {
   state.counters["GFLOP/s"] = Counter(flops * 1e-9, Counter::kIsIterationInvariantRate);
 }
@@ -215,6 +254,22 @@ void bench_xshard(State& state, Prob& p, F f) {
   }
   const std::size_t allocs = alloc_stats::allocations() - before;
   set_flops(state, p.g.flops());
+  state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
+}
+
+/// The train_mlp layer's six GEMMs, by xshard or by OpenBLAS.
+template <class F>
+void bench_mlp_layer(State& state, F f) {
+  mlp_layer_problem& p = mlp_layer();
+  f(p);
+  const std::size_t before = alloc_stats::allocations();
+  for (auto _ : state) {
+    f(p);
+    benchmark::DoNotOptimize(p.dw1.data());
+    benchmark::ClobberMemory();
+  }
+  const std::size_t allocs = alloc_stats::allocations() - before;
+  set_flops(state, p.flops());
   state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
 }
 
@@ -249,6 +304,17 @@ void bench_sgemm2048(State& state) {
   static auto p = make_problem<float, 2, 2, 2>({2048, 2048}, {2048, 2048}, {2048, 2048},
                                                {1, 2048, 2048, 2048, false, false, 2048, 2048, 2048, 0, 0, 0});
   bench_blas(state, *p);
+}
+
+void blas_mlp_layer(mlp_layer_problem& p) {
+  constexpr int b = mlp_layer_problem::b, d = mlp_layer_problem::d, f = mlp_layer_problem::f;
+  constexpr auto N = CblasNoTrans, T = CblasTrans;
+  cblas_sgemm(CblasRowMajor, N, T, b, f, d, 1.0f, p.x.data(), d, p.w1.data(), d, 0.0f, p.h.data(), f);
+  cblas_sgemm(CblasRowMajor, N, T, b, d, f, 1.0f, p.a.data(), f, p.w2.data(), f, 0.0f, p.y.data(), d);
+  cblas_sgemm(CblasRowMajor, N, N, b, f, d, 1.0f, p.g.data(), d, p.w2.data(), f, 0.0f, p.da.data(), f);
+  cblas_sgemm(CblasRowMajor, T, N, d, f, b, 1.0f, p.g.data(), d, p.a.data(), f, 0.0f, p.dw2.data(), f);
+  cblas_sgemm(CblasRowMajor, N, N, b, d, f, 1.0f, p.dh.data(), f, p.w1.data(), d, 0.0f, p.dx.data(), d);
+  cblas_sgemm(CblasRowMajor, T, N, f, d, b, 1.0f, p.dh.data(), f, p.x.data(), d, 0.0f, p.dw1.data(), d);
 }
 #endif
 
@@ -494,7 +560,26 @@ const char* reference_ikj_jkl([[maybe_unused]] problem<float, 3, 3, 2>& p) {
 #define XSHARD_EIGEN_OR_NULL(f) [](auto&) {}
 #endif
 
+void verify_mlp_layer() {
+#if XSHARD_BENCH_HAVE_OPENBLAS
+  mlp_layer_problem& p = mlp_layer();
+  xshard_mlp_layer(p);
+  const std::array<xt::xtensor<float, 2>, 6> got{p.h, p.y, p.da, p.dw2, p.dx, p.dw1};
+  blas_mlp_layer(p);
+  const std::array<const xt::xtensor<float, 2>*, 6> ref{&p.h, &p.y, &p.da, &p.dw2, &p.dx, &p.dw1};
+  double d = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) d = std::max(d, rel_diff(got[i].data(), ref[i]->data(), got[i].size()));
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s max|diff|/max|ref| = %.2e vs OpenBLAS", d <= 1e-4 ? "ok" : "MISMATCH", d);
+  benchmark::AddCustomContext("verify f32/mlp_layer", buf);
+  if (d > 1e-4) std::fprintf(stderr, "WARNING: xshard f32/mlp_layer disagrees with OpenBLAS: %s\n", buf);
+#else
+  benchmark::AddCustomContext("verify f32/mlp_layer", "skipped (no OpenBLAS)");
+#endif
+}
+
 void verify_all() {
+  verify_mlp_layer();
   verify("f32/fwd", fwd<float>(), xshard_fwd<float>,
          [](auto& p) { return reference_gemm(p, XSHARD_EIGEN_OR_NULL(eigen_fwd<float>)); });
   verify("f32/bwd_x", bwd_x<float>(), xshard_bwd_x<float>,
@@ -550,6 +635,10 @@ void register_all() {
   reg_case("f32/attn_qk", &attn_qk, xshard_attn_qk, XSHARD_EIGEN_FN(eigen_attn_qk));
   reg_case("f32/attn_pv", &attn_pv, xshard_attn_pv, XSHARD_EIGEN_FN(eigen_attn_pv));
   reg_case("f32/ikj_jkl", &ikj_jkl, xshard_ikj_jkl, XSHARD_EIGEN_FN(eigen_ikj_jkl));
+  reg("f32/mlp_layer/xshard", [](State& s) { bench_mlp_layer(s, xshard_mlp_layer); });
+#if XSHARD_BENCH_HAVE_OPENBLAS
+  reg("f32/mlp_layer/openblas", [](State& s) { bench_mlp_layer(s, blas_mlp_layer); });
+#endif
   reg_case("f64/fwd", &fwd<double>, xshard_fwd<double>, XSHARD_EIGEN_FN(eigen_fwd<double>));
   reg_case("f64/bwd_x", &bwd_x<double>, xshard_bwd_x<double>, XSHARD_EIGEN_FN(eigen_bwd_x<double>));
   reg_case("f64/bwd_w", &bwd_w<double>, xshard_bwd_w<double>, XSHARD_EIGEN_FN(eigen_bwd_w<double>));
@@ -601,8 +690,8 @@ class summary_reporter : public benchmark::ConsoleReporter {
     std::fprintf(o, "%-16s %9s %9s %9s %9s %9s %9s %9s\n", "case", "xshard", "blas", "blas2048", "eigen", "x/blas",
                  "x/2048", "x/eigen");
     const double y = get("f32/sgemm2048/openblas");
-    for (const char* c : {"f32/fwd", "f32/bwd_x", "f32/bwd_w", "f32/attn_qk", "f32/attn_pv", "f32/ikj_jkl", "f64/fwd",
-                          "f64/bwd_x", "f64/bwd_w"}) {
+    for (const char* c : {"f32/fwd", "f32/bwd_x", "f32/bwd_w", "f32/attn_qk", "f32/attn_pv", "f32/ikj_jkl",
+                          "f32/mlp_layer", "f64/fwd", "f64/bwd_x", "f64/bwd_w"}) {
       const std::string s(c);
       const double x = get(s + "/xshard"), b = get(s + "/openblas"), e = get(s + "/eigen");
       const bool f32 = s.starts_with("f32");
