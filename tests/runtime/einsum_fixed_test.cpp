@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <vector>
 #include <xshard/xshard.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xfixed.hpp>
@@ -471,6 +472,51 @@ void check_no_allocation() {
 
 TEST(EinsumFixedInto, NoAllocationFloat) { check_no_allocation<float>(); }
 TEST(EinsumFixedInto, NoAllocationDouble) { check_no_allocation<double>(); }
+
+/// The same for tensors whose shapes are known at run time (xt::xtensor,
+/// xt::xarray): the engine's operand lists are bounded and its offset tables
+/// are reused from call to call on a thread, so after a first call of a shape
+/// einsum_into allocates nothing. (Shapes below the GEMM's threading
+/// threshold, so each call runs on this thread alone: a pool worker
+/// allocates its packing buffers the first time it takes a share.)
+template <class T>
+void check_dynamic_no_allocation() {
+  auto rnd = [](std::vector<std::size_t> shape, unsigned seed) {
+    xt::xarray<T> a = xt::xarray<T>::from_shape(shape);
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<T> dist(T(-1), T(1));
+    for (auto& v : a) v = dist(gen);
+    return a;
+  };
+  const xt::xtensor<T, 2> x = rnd({16, 32}, 1), w = rnd({24, 32}, 2), g = rnd({16, 24}, 3);
+  xt::xtensor<T, 2> h = xt::zeros<T>({16, 24}), dw = xt::zeros<T>({24, 32}), dx = xt::zeros<T>({16, 32});
+  EXPECT_EQ((allocations_of<"...n,mn->...m">(h, x, w)), 0u) << "x W^T";
+  EXPECT_EQ((allocations_of<"...m,...n->mn">(dw, g, x)), 0u) << "g^T x";
+  EXPECT_EQ((allocations_of<"...m,mn->...n">(dx, g, w)), 0u) << "g W";
+  const xt::xtensor<T, 3> a = rnd({3, 4, 5}, 4), b = rnd({3, 5, 6}, 5);
+  xt::xtensor<T, 3> c = xt::zeros<T>({3, 4, 6});
+  EXPECT_EQ((allocations_of<"bij,bjk->bik">(c, a, b)), 0u) << "bij,bjk->bik";
+  const xt::xarray<T> sq = rnd({7, 7}, 6);
+  xt::xarray<T> diag = xt::zeros<T>({7}), rows = xt::zeros<T>({7});
+  EXPECT_EQ((allocations_of<"ii->i">(diag, sq)), 0u) << "ii->i";
+  EXPECT_EQ((allocations_of<"ij->i">(rows, sq)), 0u) << "ij->i";
+  // The results are the sums they name (a naive loop).
+  for (std::size_t i = 0; i < 16; ++i)
+    for (std::size_t m = 0; m < 24; ++m) {
+      T ref = 0;
+      for (std::size_t n = 0; n < 32; ++n) ref += x(i, n) * w(m, n);
+      EXPECT_NEAR(h(i, m), ref, 1e-4) << i << "," << m;
+    }
+  for (std::size_t i = 0; i < 7; ++i) {
+    T ref = 0;
+    for (std::size_t j = 0; j < 7; ++j) ref += sq(i, j);
+    EXPECT_NEAR(rows(i), ref, 1e-5);
+    EXPECT_EQ(diag(i), sq(i, i));
+  }
+}
+
+TEST(EinsumInto, DynamicShapesAllocateNothingAfterTheFirstCallFloat) { check_dynamic_no_allocation<float>(); }
+TEST(EinsumInto, DynamicShapesAllocateNothingAfterTheFirstCallDouble) { check_dynamic_no_allocation<double>(); }
 
 TEST(EinsumFixedInto, OutputOverlappingAnOperandIsRefused) {
   auto a = random<fixed<double, 3, 3>>(47);

@@ -18,6 +18,8 @@
 #include <xtensor/xrandom.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "../support/alloc_counter.hpp"  // replaces operator new: parallel_for's allocations
+
 namespace {
 
 // Runs `calls` parallel_for calls of sizes 1..37 and checks each index of
@@ -73,6 +75,22 @@ TEST(ThreadPool, NestedCallsRunSeriallyOnTheCallingThread) {
     });
   });
   for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ThreadPool, ParallelForAllocatesNothing) {
+  // A task body that captures more references than std::function keeps
+  // without allocating (two pointers in libstdc++): parallel_for takes it by
+  // reference, so a call allocates nothing.
+  xshard::thread_pool pool(3);
+  std::vector<std::atomic<int>> hits(16);
+  int a = 1, b = 2, c = 3, d = 4;
+  auto body = [&](std::size_t i) { hits[i].fetch_add(a + b + c + d - 9); };
+  static_assert(sizeof(body) > 2 * sizeof(void*));
+  pool.parallel_for(16, body);
+  const std::size_t before = xshard_test::alloc_stats::allocations();
+  for (int call = 0; call < 20; ++call) pool.parallel_for(16, body);
+  EXPECT_EQ(xshard_test::alloc_stats::allocations() - before, 0u);
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 21);
 }
 
 TEST(ThreadPool, ConcurrentCallersAreServedOneCallAtATime) {

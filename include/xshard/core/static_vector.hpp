@@ -44,6 +44,11 @@ struct static_vector {
     if (count > 0) --count;
   }
   constexpr void clear() { count = 0; }
+  /// Removes element i, moving the later ones down by one. @pre i < size().
+  constexpr void erase_at(std::size_t i) {
+    for (; i + 1 < count; ++i) items[i] = items[i + 1];
+    if (count > 0) --count;
+  }
 
   constexpr T& operator[](std::size_t i) { return items[i]; }
   constexpr const T& operator[](std::size_t i) const { return items[i]; }

@@ -14,11 +14,11 @@
 #include <cstddef>
 #include <cstdlib>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -38,6 +38,23 @@ inline std::size_t default_thread_count() {
   const unsigned hw = std::thread::hardware_concurrency();
   return hw ? hw : 1;
 }
+
+/// A non-owning reference to a task body f(i), what parallel_for hands its
+/// threads. (std::function would allocate for every call whose lambda
+/// captures more than two references: a GEMM's does.) It refers to f, so f
+/// must outlive the parallel_for call: a lambda written in the call does.
+class task_ref {
+ public:
+  template <class F>
+  requires(!std::is_same_v<std::remove_cvref_t<F>, task_ref> && std::is_invocable_v<const F&, std::size_t>)
+      task_ref(const F& f)  // implicit: callers pass lambdas
+      : obj_(std::addressof(f)), call_([](const void* o, std::size_t i) { (*static_cast<const F*>(o))(i); }) {}
+  void operator()(std::size_t i) const { call_(obj_, i); }
+
+ private:
+  const void* obj_;
+  void (*call_)(const void*, std::size_t);
+};
 
 class thread_pool {
  public:
@@ -67,7 +84,7 @@ class thread_pool {
   /// are awake instead of paying a futex wake-up (tens of microseconds on a
   /// VM, long enough for the caller to take every task itself). The spin is
   /// bounded, so idle or oversubscribed threads sleep.
-  void parallel_for(std::size_t n, const std::function<void(std::size_t)>& f) {
+  void parallel_for(std::size_t n, task_ref f) {
     if (n == 0) return;
     if (n == 1 || workers_.empty() || inside_) {
       for (std::size_t i = 0; i < n; ++i) f(i);
@@ -138,7 +155,7 @@ class thread_pool {
   /// after call, and so, while the workers are awake, are theirs: the data
   /// a thread wrote stays in its core's cache for the next call that splits
   /// it the same way.
-  void run_tasks(const std::function<void(std::size_t)>& job, std::size_t total, bool caller = false) {
+  void run_tasks(task_ref job, std::size_t total, bool caller = false) {
     const bool was_inside = inside_;
     inside_ = true;
     std::size_t mine = 0;
@@ -166,7 +183,7 @@ class thread_pool {
       return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
     };
     while (true) {
-      const std::function<void(std::size_t)>* job = nullptr;
+      const task_ref* job = nullptr;
       std::size_t total = 0;
       {
         const std::unique_lock lock = spin_then_wait(called, cv_, sleepers_);
@@ -188,7 +205,7 @@ class thread_pool {
   std::mutex call_mu_, mu_;
   std::condition_variable cv_, finished_;
   // Under mu_: the call's job and size, the error, and who sleeps.
-  const std::function<void(std::size_t)>* job_ = nullptr;
+  const task_ref* job_ = nullptr;
   std::size_t total_ = 0, sleepers_ = 0, waiters_ = 0;
   std::exception_ptr error_;
   // Written under mu_ (generation_, active_, stop_) or by the tasks (next_,

@@ -60,6 +60,15 @@ struct strided_operand {
   static_vector<int, max_einsum_rank> labels{};
 };
 
+/// The operands of one einsum call, and the labels of one group of a
+/// contraction (batch, M, N or K): bounded lists, so a call allocates none.
+template <class T>
+using operand_list = static_vector<strided_operand<T>, max_einsum_operands>;
+using label_list = static_vector<int, max_einsum_labels>;
+/// An output's shape and strides (its rank is the output labels').
+using extent_list = static_vector<std::size_t, max_einsum_rank>;
+using stride_list = static_vector<std::ptrdiff_t, max_einsum_rank>;
+
 /// Per label id: the summed stride of its dims (a diagonal), 0 when the
 /// operand broadcasts it (extent 1 against a larger extent).
 struct label_strides {
@@ -95,7 +104,7 @@ inline label_strides output_strides_by_label(std::span<const int> labels, std::s
 /// An insertion sort: stable like std::stable_sort, so the same order, and a
 /// group is a few labels (std::stable_sort here cost every including TU
 /// its instantiation).
-inline void sort_by_stride(std::vector<int>& labels, const label_strides& s) {
+inline void sort_by_stride(label_list& labels, const label_strides& s) {
   auto abs_stride = [&s](int id) { return s.s[id] < 0 ? -s.s[id] : s.s[id]; };
   for (std::size_t i = 1; i < labels.size(); ++i) {
     const int x = labels[i];
@@ -107,7 +116,7 @@ inline void sort_by_stride(std::vector<int>& labels, const label_strides& s) {
 
 /// Offset tables of a label group for several operands (odometer order:
 /// the last label varies fastest).
-inline void fill_offsets(const std::vector<int>& labels, const einsum_extents& ext,
+inline void fill_offsets(const label_list& labels, const einsum_extents& ext,
                          std::initializer_list<std::pair<const label_strides*, offsets*>> outs) {
   std::size_t count = 1;
   for (int id : labels) count *= static_cast<std::size_t>(ext.of[id]);
@@ -149,7 +158,7 @@ void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<c
     std::swap(a, b);
     std::swap(sa, sb);
   }
-  std::vector<int> batch, m, n, k;
+  label_list batch, m, n, k;
   for (int id = 0; id < static_cast<int>(max_einsum_labels); ++id) {
     if (!sa.has[id] && !sb.has[id]) continue;
     if (sc.has[id]) {
@@ -169,7 +178,11 @@ void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<c
   sort_by_stride(m, sc);
   sort_by_stride(n, sc);
   sort_by_stride(k, sa);
-  gemm_problem<T> g;
+  // The offset tables live on this thread from call to call: a table grows
+  // to the largest extent seen and is refilled in place, so a contraction
+  // of a shape seen before allocates nothing. One contraction runs at a
+  // time per thread (its GEMM's tasks run on other threads, on this one).
+  thread_local gemm_problem<T> g;
   g.a = a.data;
   g.b = b.data;
   g.c = c;
@@ -188,12 +201,13 @@ void reduce_single(const strided_operand<T>& a, T* c, std::span<const int> c_lab
                    std::span<const std::ptrdiff_t> c_strides, const einsum_extents& ext, bool accumulate) {
   const label_strides sc = output_strides_by_label(c_labels, c_strides, ext);
   const label_strides sa = strides_by_label(a, ext);
-  std::vector<int> m(c_labels.begin(), c_labels.end()), k;
+  label_list m, k;
+  for (int id : c_labels) m.push_back(id);
   for (int id = 0; id < static_cast<int>(max_einsum_labels); ++id)
     if (sa.has[id] && !sc.has[id]) k.push_back(id);
   sort_by_stride(m, sc);
   sort_by_stride(k, sa);
-  reduce_problem<T> r;
+  thread_local reduce_problem<T> r;  // as contract_pair's tables
   r.a = a.data;
   r.c = c;
   r.accumulate = accumulate;
@@ -202,15 +216,16 @@ void reduce_single(const strided_operand<T>& a, T* c, std::span<const int> c_lab
   run_reduce(r);
 }
 
-inline std::vector<std::ptrdiff_t> row_major_strides(std::span<const std::int64_t> shape) {
-  std::vector<std::ptrdiff_t> s(shape.size(), 1);
+inline stride_list row_major_strides(std::span<const std::int64_t> shape) {
+  stride_list s;
+  for (std::size_t d = 0; d < shape.size(); ++d) s.push_back(1);
   for (std::size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * static_cast<std::ptrdiff_t>(shape[d]);
   return s;
 }
 
 /// Runs a bound equation on strided operands into C.
 template <class T>
-void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, std::vector<strided_operand<T>> ops, T* c,
+void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, operand_list<T> ops, T* c,
                     std::span<const std::ptrdiff_t> c_strides, bool accumulate,
                     const contraction_order* static_plan = nullptr) {
   std::span<const int> c_labels(bind.output_labels.begin(), bind.output_labels.end());
@@ -219,13 +234,13 @@ void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, std::
     return;
   }
   const contraction_order plan = static_plan ? *static_plan : plan_einsum(bind, ext);  // compile-time plan if given
-  std::vector<std::vector<T>> temps;
-  temps.reserve(plan.steps.size());
+  std::vector<std::vector<T>> temps;  // the intermediates of 3+ operands (none for two)
+  if (plan.steps.size() > 1) temps.reserve(plan.steps.size() - 1);
   for (std::size_t s = 0; s < plan.steps.size(); ++s) {
     const einsum_step& st = plan.steps[s];
     const strided_operand<T> lhs = ops[static_cast<std::size_t>(st.lhs)], rhs = ops[static_cast<std::size_t>(st.rhs)];
-    ops.erase(ops.begin() + st.rhs);
-    ops.erase(ops.begin() + st.lhs);
+    ops.erase_at(static_cast<std::size_t>(st.rhs));
+    ops.erase_at(static_cast<std::size_t>(st.lhs));
     if (s + 1 == plan.steps.size()) {
       contract_pair(lhs, rhs, c, c_labels, c_strides, ext, accumulate);
       return;
@@ -241,8 +256,8 @@ void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, std::
     for (std::ptrdiff_t x : strides) t.strides.push_back(x);
     temps.emplace_back(static_cast<std::size_t>(n), T(0));
     t.data = temps.back().data();
-    contract_pair(lhs, rhs, temps.back().data(), std::span<const int>(t.labels.begin(), t.labels.end()), strides, ext,
-                  false);
+    contract_pair(lhs, rhs, temps.back().data(), std::span<const int>(t.labels.begin(), t.labels.end()),
+                  std::span<const std::ptrdiff_t>(strides.begin(), strides.end()), ext, false);
     ops.push_back(t);
   }
 }
@@ -279,28 +294,25 @@ strided_operand<T> as_operand(const E& e, std::optional<xt::xarray<T>>& keep) {
 /// naming the offender (the equation text is quoted).
 template <class T>
 std::pair<einsum_binding, einsum_extents> bind_operands(const einsum_equation& eq, std::string_view text,
-                                                        std::vector<strided_operand<T>>& ops) {
-  std::vector<std::int64_t> ranks;
-  for (const auto& op : ops) ranks.push_back(static_cast<std::int64_t>(op.shape.size()));
-  if (ranks.size() > max_einsum_operands) {
-    diagnostic d;
-    d.code = errc::einsum_operand_count;
-    d.a = static_cast<std::int64_t>(eq.inputs.size());
-    d.b = static_cast<std::int64_t>(ranks.size());
-    throw error(describe(d, text));
+                                                        operand_list<T>& ops) {
+  static_vector<std::int64_t, max_einsum_operands> ranks;
+  static_vector<std::span<const std::int64_t>, max_einsum_operands> shapes;
+  for (const auto& op : ops) {
+    ranks.push_back(static_cast<std::int64_t>(op.shape.size()));
+    shapes.push_back(std::span<const std::int64_t>(op.shape.begin(), op.shape.end()));
   }
-  const einsum_binding bind = bind_einsum(eq, ranks).get(text);
-  std::vector<std::span<const std::int64_t>> shapes;
-  for (const auto& op : ops) shapes.emplace_back(op.shape.begin(), op.shape.end());
-  const einsum_extents ext = einsum_label_extents(bind, shapes).get(text);
+  const einsum_binding bind = bind_einsum(eq, std::span<const std::int64_t>(ranks.begin(), ranks.end())).get(text);
+  const einsum_extents ext =
+      einsum_label_extents(bind, std::span<const std::span<const std::int64_t>>(shapes.begin(), shapes.end()))
+          .get(text);
   for (std::size_t i = 0; i < ops.size(); ++i)
     for (int id : bind.operand_labels[i]) ops[i].labels.push_back(id);
   return {bind, ext};
 }
 
 template <class T>
-std::vector<std::size_t> output_shape(const einsum_binding& b, const einsum_extents& ext) {
-  std::vector<std::size_t> s;
+extent_list output_shape(const einsum_binding& b, const einsum_extents& ext) {
+  extent_list s;
   for (int id : b.output_labels) s.push_back(static_cast<std::size_t>(ext.of[id]));
   return s;
 }
@@ -309,7 +321,7 @@ template <class E>
 using value_t = typename std::remove_cvref_t<E>::value_type;
 
 template <class T, class Out>
-void check_output(const Out& out, const std::vector<std::size_t>& shape, std::string_view text) {
+void check_output(const Out& out, std::span<const std::size_t> shape, std::string_view text) {
   bool ok = out.dimension() == shape.size();
   for (std::size_t d = 0; ok && d < shape.size(); ++d) ok = static_cast<std::size_t>(out.shape()[d]) == shape[d];
   if (!ok) {
@@ -323,8 +335,15 @@ void check_output(const Out& out, const std::vector<std::size_t>& shape, std::st
 template <class T>
 struct output_target {
   T* data;
-  std::vector<std::ptrdiff_t> strides;
+  stride_list strides;
 };
+/// A tensor's strides as an output target's.
+template <class E>
+stride_list strides_of(const E& e) {
+  stride_list s;
+  for (const auto x : e.strides()) s.push_back(static_cast<std::ptrdiff_t>(x));
+  return s;
+}
 
 template <class T, class Alloc, class... E>
 void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate,
@@ -496,14 +515,16 @@ void fixed_einsum(T* c, const E&... operands) {
 namespace detail {
 /// A fresh result tensor of `shape` (rank R, or dynamic when R < 0).
 template <class T, std::int64_t R>
-auto make_result(const std::vector<std::size_t>& shape) {
+auto make_result(std::span<const std::size_t> shape) {
   if constexpr (R == 0) {
     return xt::xtensor<T, 0>();  // one element; resize({}) trips GCC's -Wnonnull
   } else if constexpr (R > 0) {
-    return xt::xtensor<T, static_cast<std::size_t>(R)>::from_shape(shape);
+    std::array<std::size_t, static_cast<std::size_t>(R)> s{};
+    std::copy(shape.begin(), shape.end(), s.begin());
+    return xt::xtensor<T, static_cast<std::size_t>(R)>::from_shape(s);
   } else {
     if (shape.empty()) return xt::xarray<T>(T(0));
-    return xt::xarray<T>::from_shape(shape);
+    return xt::xarray<T>::from_shape(typename xt::xarray<T>::shape_type(shape.begin(), shape.end()));
   }
 }
 }  // namespace detail
@@ -526,9 +547,9 @@ auto einsum(const E0& first, const E&... rest) {
     result out;
     detail::einsum_run<T>(
         eq, Eq.view(),
-        [&](const std::vector<std::size_t>& shape) {
+        [&](std::span<const std::size_t> shape) {
           out = detail::make_result<T, rank>(shape);
-          return detail::output_target<T>{out.data(), {out.strides().begin(), out.strides().end()}};
+          return detail::output_target<T>{out.data(), detail::strides_of(out)};
         },
         false, detail::static_plan<Eq, E0, E...>(), first, rest...);
     return out;
@@ -544,9 +565,9 @@ xt::xarray<detail::value_t<E0>> einsum(std::string_view equation, const E0& firs
   xt::xarray<T> out;
   detail::einsum_run<T>(
       eq, equation,
-      [&](const std::vector<std::size_t>& shape) {
+      [&](std::span<const std::size_t> shape) {
         out = detail::make_result<T, -1>(shape);
-        return detail::output_target<T>{out.data(), {out.strides().begin(), out.strides().end()}};
+        return detail::output_target<T>{out.data(), detail::strides_of(out)};
       },
       false, nullptr, first, rest...);
   return out;
@@ -573,9 +594,9 @@ void einsum_into(Out& out, const E0& first, const E&... rest) {
     constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
     detail::einsum_run<T>(
         eq, Eq.view(),
-        [&](const std::vector<std::size_t>& shape) {
+        [&](std::span<const std::size_t> shape) {
           detail::check_output<T>(out, shape, Eq.view());
-          return detail::output_target<T>{out.data() + out.data_offset(), {out.strides().begin(), out.strides().end()}};
+          return detail::output_target<T>{out.data() + out.data_offset(), detail::strides_of(out)};
         },
         false, detail::static_plan<Eq, E0, E...>(), first, rest...);
   }
@@ -586,15 +607,22 @@ namespace detail {
 template <class T, class Alloc, class... E>
 void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate,
                 const contraction_order* plan, const E&... operands) {
+  if (sizeof...(E) > max_einsum_operands) {
+    diagnostic d;
+    d.code = errc::einsum_operand_count;
+    d.a = static_cast<std::int64_t>(eq.inputs.size());
+    d.b = static_cast<std::int64_t>(sizeof...(E));
+    throw error(describe(d, text));
+  }
   std::array<std::optional<xt::xarray<T>>, sizeof...(E)> keep;
-  std::vector<strided_operand<T>> ops;
+  operand_list<T> ops;
   std::size_t i = 0;
   ((ops.push_back(as_operand<T>(operands, keep[i])), ++i), ...);
   auto [bind, ext] = bind_operands<T>(eq, text, ops);
-  const std::vector<std::size_t> shape = output_shape<T>(bind, ext);
-  const output_target<T> target = alloc(shape);
+  const extent_list shape = output_shape<T>(bind, ext);
+  const output_target<T> target = alloc(std::span<const std::size_t>(shape.begin(), shape.end()));
   T* const out = target.data;
-  const std::vector<std::ptrdiff_t>& out_strides = target.strides;
+  const stride_list& out_strides = target.strides;
   // Refuse an output that overlaps an operand: the kernel reads operands
   // while writing the output. An empty output overlaps nothing (and its data
   // pointer may be null, which no offset may be added to).
@@ -622,7 +650,8 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
   for (std::size_t id = 0; id < max_einsum_labels; ++id) zero_extent = zero_extent || (ext.used[id] && ext.of[id] == 0);
   if (zero_extent) {
     if (accumulate || out_empty) return;
-    std::vector<std::size_t> idx(shape.size(), 0);
+    extent_list idx;
+    for (std::size_t d = 0; d < shape.size(); ++d) idx.push_back(0);
     while (true) {
       std::ptrdiff_t at = 0;
       for (std::size_t d = 0; d < shape.size(); ++d) at += static_cast<std::ptrdiff_t>(idx[d]) * out_strides[d];
@@ -632,7 +661,8 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
       if (d == 0) return;
     }
   }
-  execute_einsum<T>(bind, ext, std::move(ops), out, out_strides, accumulate, plan);
+  execute_einsum<T>(bind, ext, std::move(ops), out,
+                    std::span<const std::ptrdiff_t>(out_strides.begin(), out_strides.end()), accumulate, plan);
 }
 
 }  // namespace detail
