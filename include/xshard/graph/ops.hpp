@@ -471,7 +471,25 @@ struct rule<binary_op<B>> {
     };
     if constexpr (Sharded<X>) {
       if constexpr (detail::is_bias_of<X, Y>()) {
-        DA r = std::forward<X>(a);
+        // Each device's block row by row against its block of the bias (the
+        // layouts split the last dim alike: check_sharded_binary), in one
+        // pass into a fresh block or into a's own when a is a temporary.
+        const auto& al = a.local();
+        const std::size_t n = al.shape()[DA::rank - 1];
+        if (b.local().size() == n) {
+          using T = typename DA::value_type;
+          if constexpr (std::is_lvalue_reference_v<X>) {
+            xt::xtensor<T, DA::rank> out = xt::xtensor<T, DA::rank>::from_shape(al.shape());
+            detail::bias_rows<B>(out.data(), al.data(), b.local(), al.size() / std::max<std::size_t>(n, 1), n);
+            return DA(a.device(), a.global_shape(), std::move(out));
+          } else {
+            DA r = std::move(a);
+            T* const p = r.local().data();
+            detail::bias_rows<B>(p, p, b.local(), r.local().size() / std::max<std::size_t>(n, 1), n);
+            return r;
+          }
+        }
+        DA r = std::forward<X>(a);  // extents that do not match: xtensor's broadcast error
         if constexpr (B == binary::add)
           r.local() += b.local();
         else if constexpr (B == binary::sub)
