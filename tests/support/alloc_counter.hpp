@@ -17,6 +17,7 @@
 //   run();
 //   const std::size_t peak = stats::peak_bytes() - before;   // high-water mark of run()
 //   const std::size_t n = stats::allocations();               // operator new calls so far
+//   const std::size_t t = stats::thread_allocations();        // ... made on this thread
 //
 // What is counted: every successful global operator new / new[] in the
 // process, from any thread and any library (libstdc++, Google Benchmark,
@@ -81,7 +82,8 @@ inline constinit std::atomic<std::size_t> allocations{0};
 inline constinit std::atomic<std::size_t> deallocations{0};
 inline constinit std::atomic<std::size_t> live{0};
 inline constinit std::atomic<std::size_t> peak{0};
-inline constinit std::atomic<int> fill{-1};  // byte for new blocks, or -1
+inline constinit std::atomic<int> fill{-1};                        // byte for new blocks, or -1
+inline constinit thread_local std::size_t thread_allocations = 0;  // this thread's
 
 struct header {
   std::size_t size;    // bytes the caller asked for
@@ -94,6 +96,7 @@ static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ <= header_room,
 
 inline void note_allocation(std::size_t n) noexcept {
   allocations.fetch_add(1, std::memory_order_relaxed);
+  ++thread_allocations;
   const std::size_t now = live.fetch_add(n, std::memory_order_relaxed) + n;
   std::size_t seen = peak.load(std::memory_order_relaxed);
   while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
@@ -166,6 +169,10 @@ inline void deallocate(void* ptr) noexcept {
 
 /// Successful global operator new calls (all forms) since the program started.
 inline std::size_t allocations() { return detail::allocations.load(std::memory_order_relaxed); }
+/// The same, made on the calling thread only: what a call that runs on
+/// this thread allocates, whatever other threads (a pool's workers starting
+/// up, the sanitizer runtime) do meanwhile.
+inline std::size_t thread_allocations() { return detail::thread_allocations; }
 /// Global operator delete calls on non-null pointers since the program started.
 inline std::size_t deallocations() { return detail::deallocations.load(std::memory_order_relaxed); }
 /// Bytes allocated through operator new and not yet deleted.
