@@ -407,13 +407,22 @@ TEST(EinsumFixedAgreement, SameBitsAsRuntimeFaceDouble) { check_bits<double>(); 
 // ---------------------------------------------------------------------------
 // einsum_into: allocations, errors, overlap.
 
-/// Allocations made by einsum_into<Eq>(out, ops...) (after a first call).
+/// Allocations made by einsum_into<Eq>(out, ops...) (after a first call),
+/// by the counter `count` (every thread's, or this thread's).
+template <xshard::fixed_string Eq, class Out, class... X>
+std::size_t counted_allocations_of(std::size_t (*count)(), Out& out, const X&... ops) {
+  xshard::einsum_into<Eq>(out, ops...);
+  const std::size_t before = count();
+  xshard::einsum_into<Eq>(out, ops...);
+  return count() - before;
+}
 template <xshard::fixed_string Eq, class Out, class... X>
 std::size_t allocations_of(Out& out, const X&... ops) {
-  xshard::einsum_into<Eq>(out, ops...);
-  const std::size_t before = alloc_stats::allocations();
-  xshard::einsum_into<Eq>(out, ops...);
-  return alloc_stats::allocations() - before;
+  return counted_allocations_of<Eq>(&alloc_stats::allocations, out, ops...);
+}
+template <xshard::fixed_string Eq, class Out, class... X>
+std::size_t thread_allocations_of(Out& out, const X&... ops) {
+  return counted_allocations_of<Eq>(&alloc_stats::thread_allocations, out, ops...);
 }
 
 template <class T>
@@ -472,16 +481,6 @@ void check_no_allocation() {
 
 TEST(EinsumFixedInto, NoAllocationFloat) { check_no_allocation<float>(); }
 TEST(EinsumFixedInto, NoAllocationDouble) { check_no_allocation<double>(); }
-
-/// Allocations made on this thread by einsum_into<Eq>(out, ops...) (after a
-/// first call).
-template <xshard::fixed_string Eq, class Out, class... X>
-std::size_t thread_allocations_of(Out& out, const X&... ops) {
-  xshard::einsum_into<Eq>(out, ops...);
-  const std::size_t before = alloc_stats::thread_allocations();
-  xshard::einsum_into<Eq>(out, ops...);
-  return alloc_stats::thread_allocations() - before;
-}
 
 /// The same for tensors whose shapes are known at run time (xt::xtensor,
 /// xt::xarray): the engine's operand lists are bounded and its offset tables
