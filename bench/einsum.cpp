@@ -243,34 +243,32 @@ void set_flops(State& state, double flops) {
   state.counters["GFLOP/s"] = Counter(flops * 1e-9, Counter::kIsIterationInvariantRate);
 }
 
+/// Times f(p) (a first call outside the loop: pool start-up, packed
+/// buffers), with `flops` per call and the operator new calls per call.
 template <class Prob, class F>
-void bench_xshard(State& state, Prob& p, F f) {
-  f(p);  // first call outside the loop (pool start-up, packed buffers)
+void bench_calls(State& state, Prob& p, F f, double flops, const void* out) {
+  f(p);
   const std::size_t before = alloc_stats::allocations();
   for (auto _ : state) {
     f(p);
-    benchmark::DoNotOptimize(p.c.data());
+    benchmark::DoNotOptimize(out);
     benchmark::ClobberMemory();
   }
   const std::size_t allocs = alloc_stats::allocations() - before;
-  set_flops(state, p.g.flops());
+  set_flops(state, flops);
   state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
+}
+
+template <class Prob, class F>
+void bench_xshard(State& state, Prob& p, F f) {
+  bench_calls(state, p, f, p.g.flops(), p.c.data());
 }
 
 /// The train_mlp layer's six GEMMs, by xshard or by OpenBLAS.
 template <class F>
 void bench_mlp_layer(State& state, F f) {
   mlp_layer_problem& p = mlp_layer();
-  f(p);
-  const std::size_t before = alloc_stats::allocations();
-  for (auto _ : state) {
-    f(p);
-    benchmark::DoNotOptimize(p.dw1.data());
-    benchmark::ClobberMemory();
-  }
-  const std::size_t allocs = alloc_stats::allocations() - before;
-  set_flops(state, p.flops());
-  state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
+  bench_calls(state, p, f, p.flops(), p.dw1.data());
 }
 
 // ---------------------------------------------------------------------------
