@@ -188,8 +188,9 @@ mesh_run train_on_mesh(const data_set& data, const std::vector<DenseBlock::param
       float loss = xt::sum(diff.local() * diff.local())() / T(batch * width);
       dev.all_reduce(std::span<float>(&loss, 1), xshard::reduce_op::sum, xshard::axis_set{1});
       const auto gy = xshard::local_map(diff, [](const auto& d) { return d * (T(2) / T(batch * width)); });
-      const auto grads = pullback(gy).first;  // (and dx: unused)
-      opt.step(params, grads);                // plain SGD: p -= lr g
+      // Each layer updated as soon as the backward makes its gradients
+      // (optimizer::layer_updates): no gradient stack. (dx: unused.)
+      (void)pullback(gy, opt.layer_updates(params));
       if (dev.counters().total_calls() != collectives_per_step(o.policy)) {
         std::lock_guard lock(mu);
         run.mismatch = "device " + std::to_string(dev.id()) + " step " + std::to_string(step) + ": " +

@@ -67,15 +67,16 @@ single_device_run train(const data_set& data, const std::vector<DenseBlock::para
   single_device_run run;
   run.losses.resize(o.steps);
   const bool alone = o.devices == 1;
-  DenseParams grads = ref;  // kept across steps: the pullback writes each layer's gradients into it
   for (std::size_t i = 0; i < o.steps; ++i) {
     const std::size_t step = first_step + i;
     const auto x = rows(data.x, step);
     auto [y, pullback] = xshard::scan_layers_vjp(dense, ref, x, o.policy);
     const xt::xtensor<T, 2> diff = y - rows(data.y, step);
     run.losses[i] = xt::sum(diff * diff)() / T(batch * width);
-    (void)pullback(diff * (T(2) / T(batch * width)), grads);  // (returns dx: unused)
-    opt.step(ref, grads);                                     // plain SGD: p -= lr g
+    // Each layer updated while its gradients are still in cache (the
+    // optimizer in the backward: the same arithmetic as opt.step on a
+    // gradient stack, which is never written). dx: unused.
+    (void)pullback(diff * (T(2) / T(batch * width)), opt.layer_updates(ref));
     if (alone && o.progress && (i % std::max<std::size_t>(1, o.steps / 10) == 0 || i + 1 == o.steps))
       std::cout << "step " << step + 1 << "  loss " << run.losses[i] << "\n";
   }

@@ -1,17 +1,21 @@
 // scan_layers: a homogeneous stack as a run-time loop and a heterogeneous
 // hana tuple unrolled give the unrolled program's values; scan_layers_vjp's
 // gradients equal a hand-unrolled backward and finite differences, and are
-// identical under every remat policy.
+// identical under every remat policy; a pullback hands each layer's
+// gradients to a callback, last layer first (an optimizer's layer_updates:
+// bit for bit the step on the stacked gradients).
 #include <gtest/gtest.h>
 
 #include <boost/hana/tuple.hpp>
 #include <cmath>
 #include <vector>
 #include <xshard/nn/linear.hpp>
+#include <xshard/optim/optimizer.hpp>
 #include <xshard/scan/scan_layers.hpp>
 #include <xshard/scan/scan_layers_unrolled.hpp>
 #include <xtensor/xrandom.hpp>
 #include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
 
 #include "../support/expect_error.hpp"
 
@@ -158,6 +162,47 @@ TEST(ScanLayers, PullbackIntoAKeptStackEqualsTheReturnedStack) {
     EXPECT_EQ(dx, want_dx) << xshard::remat_name(policy);
     EXPECT_EQ(std::get<0>(kept), std::get<0>(want)) << xshard::remat_name(policy);
     EXPECT_EQ(std::get<1>(kept), std::get<1>(want)) << xshard::remat_name(policy);
+  }
+}
+
+TEST(ScanLayers, PullbackHandsEachLayersGradientsOverLastFirst) {
+  const std::size_t depth = 4;
+  const auto stacked = xshard::stack_params<L>(random_layers(depth, 4, 12));
+  const mat x = xt::random::randn<T>({3, 4});
+  const mat gy = xt::random::randn<T>({3, 4});
+  for (const auto policy : xshard::remat_policies) {
+    const auto whole = xshard::scan_layers_vjp(L{}, stacked, x, gy, policy);  // (Clang 14: no binding in a lambda)
+    const auto& want = whole.first;
+    auto vjp = xshard::scan_layers_vjp(L{}, stacked, x, policy);
+    std::vector<std::size_t> order;
+    const mat dx = vjp.second(gy, [&](std::size_t i, const L::params& g) {
+      order.push_back(i);
+      EXPECT_EQ(std::get<0>(g), xt::view(std::get<0>(want), i)) << xshard::remat_name(policy) << ", layer " << i;
+      EXPECT_EQ(std::get<1>(g), xt::view(std::get<1>(want), i)) << xshard::remat_name(policy) << ", layer " << i;
+    });
+    EXPECT_EQ(dx, whole.second) << xshard::remat_name(policy);
+    EXPECT_EQ(order, (std::vector<std::size_t>{3, 2, 1, 0})) << xshard::remat_name(policy);
+  }
+}
+
+TEST(ScanLayers, PullbackWithLayerUpdatesEqualsTheStackedStep) {
+  // The optimizer in the backward: each layer updated as its gradients
+  // appear, bit for bit the step on the stacked gradients.
+  using Stack = xshard::stacked_params<L>;
+  const xshard::sgd rule{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01};
+  Stack stepped = xshard::stack_params<L>(random_layers(3, 4, 13)), layered = stepped;
+  xshard::optimizer<xshard::sgd, Stack> a(rule, stepped), b(rule, layered);
+  Stack grads = stepped;
+  for (int s = 0; s < 3; ++s) {
+    const mat x = xt::random::randn<T>({3, 4});
+    const mat gy = xt::random::randn<T>({3, 4});
+    auto va = xshard::scan_layers_vjp(L{}, stepped, x, xshard::remat::save_all);
+    const mat dxa = va.second(gy, grads);
+    a.step(stepped, grads);
+    auto vb = xshard::scan_layers_vjp(L{}, layered, x, xshard::remat::save_all);
+    EXPECT_EQ(vb.second(gy, b.layer_updates(layered)), dxa);
+    EXPECT_EQ(std::get<0>(layered), std::get<0>(stepped)) << "step " << s;
+    EXPECT_EQ(std::get<1>(layered), std::get<1>(stepped)) << "step " << s;
   }
 }
 

@@ -57,6 +57,7 @@
 #include "../core/error.hpp"
 #include "../core/fixed_string.hpp"
 #include "../core/isa.hpp"
+#include "../core/text.hpp"  // detail::shape_text
 #include "../core/thread_pool.hpp"
 #include "../spmd/collectives.hpp"
 #include "../spmd/sharded.hpp"
@@ -430,6 +431,43 @@ class optimizer {
     }
   }
 
+  /// The update of stacked parameters one layer at a time, for a backward
+  /// that hands over each layer's parameter gradients as soon as it makes
+  /// them (PyTorch's optimizer in backward):
+  ///
+  ///   (void)pullback(gy, opt.layer_updates(params));   // scan_layers_vjp's pullback
+  ///
+  /// Every tensor of P is a stack (a leading layer dim, unsharded); the
+  /// returned callable takes (l, g), g a tuple of layer l's gradients, and
+  /// updates layer l of every tensor and state. Each element gets the
+  /// arithmetic of step(params, grads) on the stacked gradients, bit for
+  /// bit, while the layer's gradients and parameters are still in cache,
+  /// and no gradient stack is written. One call of layer_updates is one
+  /// step (hand every layer over once before the next). Not with gradient
+  /// clipping, whose norm needs every gradient first (an xshard::error), nor
+  /// with ZeRO-1 (a compile error); the gradients must be reduced.
+  class layer_update {
+   public:
+    template <class G>
+    void operator()(std::size_t layer, const G& grads) const {
+      opt_->update_layer(*params_, layer, grads);
+    }
+
+   private:
+    friend class optimizer;
+    layer_update(optimizer& o, P& p) : opt_(&o), params_(&p) {}
+    optimizer* opt_;
+    P* params_;
+  };
+  layer_update layer_updates(P& params) {
+    static_assert(!zero,
+                  "xshard: optimizer::layer_updates: ZeRO-1 updates the flattened blocks of every tensor at once");
+    if (options_.max_grad_norm > 0)
+      throw error("xshard: optimizer::layer_updates: gradient clipping needs every gradient before the first update");
+    ++t_;
+    return layer_update(*this, params);
+  }
+
   /// Steps taken (AdamW's bias correction uses it).
   std::int64_t steps() const { return t_; }
   void set_steps(std::int64_t t) {
@@ -554,6 +592,38 @@ class optimizer {
                    detail::optim_tensor<X>::size(p), t_);
     });
     return norm;
+  }
+
+  /// Layer l of every stacked tensor (and state) updated by layer l's
+  /// gradients (layer_updates).
+  template <class G>
+  void update_layer(P& params, std::size_t l, const G& grads) {
+    static_assert(std::tuple_size_v<G> == N,
+                  "xshard: optimizer::layer_updates: a layer's gradients are one tensor per parameter stack");
+    detail::for_each_index<N>([&](auto i) {
+      constexpr std::size_t k = decltype(i)::value;
+      using X = std::tuple_element_t<k, P>;
+      using Y = std::remove_cvref_t<std::tuple_element_t<k, G>>;
+      using PX = detail::optim_tensor<X>;
+      using PY = detail::optim_tensor<Y>;
+      static_assert(PY::valid && std::is_same_v<typename PY::value_type, T> && PY::partial == 0,
+                    "xshard: optimizer::layer_updates: a layer's gradient must be a reduced tensor of the parameters' "
+                    "value type");
+      auto& p = std::get<k>(params);
+      const auto& g = std::get<k>(grads);
+      const auto& stack = PX::block(p).shape();
+      const auto& layer = PY::block(g).shape();
+      bool fits = layer.size() + 1 == stack.size() && l < stack[0];
+      for (std::size_t d = 0; fits && d < layer.size(); ++d) fits = layer[d] == stack[d + 1];
+      if (!fits)
+        throw error("xshard: optimizer::layer_updates: layer " + std::to_string(l) + "'s gradient of tensor " +
+                    std::to_string(k) + " has shape " + detail::shape_text(layer) + ", the stack " +
+                    detail::shape_text(stack));
+      const std::size_t n = PY::size(g), at = l * n;
+      std::array<T*, 2> s{};
+      for (std::size_t j = 0; j < states_.size(); ++j) s[j] = PX::data(std::get<k>(states_[j])) + at;
+      rule_.update(PX::data(p) + at, PY::data(g), T(1), s.data(), n, t_);
+    });
   }
 
   template <class G>

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -299,6 +300,19 @@ class scan_layers_pullback {
         S::put(std::get<K>(grads), i, std::get<K>(gp));
       });
     });
+  }
+
+  /// The same, handing each layer's parameter gradients to take(i, grads)
+  /// as soon as its vjp makes them, last layer first, and keeping none:
+  /// e.g. an optimizer's update of that layer while its gradients are in
+  /// cache (optimizer::layer_updates), which no later layer's backward
+  /// reads (layer i - 1's vjp reads only layer i - 1's parameters). Returns
+  /// the input gradient.
+  template <class Take>
+  requires std::invocable<Take&, std::size_t, const typename L::params&>
+  typename L::input operator()(typename L::output gy, Take&& take) {
+    claim();
+    return backward(std::move(gy), [&](std::size_t i, const typename L::params& gp) { take(i, gp); });
   }
 
  private:
