@@ -141,6 +141,42 @@ inline void fill_offsets(const label_list& labels, const einsum_extents& ext,
   }
 }
 
+/// What fills a contraction's offset tables: per group (batch, M, N, K) its
+/// label count, then per label its extent and its strides in A, B and C.
+using gemm_key = static_vector<std::ptrdiff_t, 4 + 4 * max_einsum_labels>;
+
+/// The offset tables of this thread's last contractions, by key (least
+/// recently used out).
+template <class T>
+struct gemm_cache {
+  static constexpr std::size_t slots = 8;
+  struct slot {
+    gemm_key key;
+    std::uint64_t used = 0;  // 0: empty
+    gemm_problem<T> problem;
+  };
+  /// The problem whose tables `key` describes; fill(p) fills them first on
+  /// a miss.
+  template <class Fill>
+  static gemm_problem<T>& find(const gemm_key& key, Fill&& fill) {
+    thread_local std::array<slot, slots> cache;
+    thread_local std::uint64_t clock = 0;
+    slot* victim = &cache[0];
+    for (slot& s : cache) {
+      if (s.used != 0 && s.key == key) {
+        s.used = ++clock;
+        return s.problem;
+      }
+      if (s.used < victim->used) victim = &s;
+    }
+    victim->used = 0;  // a fill that throws leaves the slot empty
+    fill(victim->problem);
+    victim->key = key;
+    victim->used = ++clock;
+    return victim->problem;
+  }
+};
+
 /// C (labels c_labels, strides c_strides) (+)= contraction of A and B.
 template <class T>
 void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<const int> c_labels,
@@ -178,19 +214,32 @@ void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<c
   sort_by_stride(m, sc);
   sort_by_stride(n, sc);
   sort_by_stride(k, sa);
-  // The offset tables live on this thread from call to call: a table grows
-  // to the largest extent seen and is refilled in place, so a contraction
-  // of a shape seen before allocates nothing. One contraction runs at a
-  // time per thread (its GEMM's tasks run on other threads, on this one).
-  thread_local gemm_problem<T> g;
+  // The offset tables of the last few contractions live on this thread,
+  // keyed by what fills them: a training step's GEMMs (a handful of shapes,
+  // over and over) neither refill nor rescan a table, and a contraction of a
+  // shape seen before allocates nothing. One contraction runs at a time per
+  // thread (its GEMM's tasks run on other threads, on this one).
+  gemm_key key;
+  for (const label_list* group : {&batch, &m, &n, &k}) {
+    key.push_back(static_cast<std::ptrdiff_t>(group->size()));
+    for (int id : *group) {
+      key.push_back(ext.of[id]);
+      key.push_back(sa.s[id]);
+      key.push_back(sb.s[id]);
+      key.push_back(sc.s[id]);
+    }
+  }
+  gemm_problem<T>& g = gemm_cache<T>::find(key, [&](gemm_problem<T>& p) {
+    fill_offsets(batch, ext, {{&sa, &p.a_batch}, {&sb, &p.b_batch}, {&sc, &p.c_batch}});
+    fill_offsets(m, ext, {{&sa, &p.a_m}, {&sc, &p.c_m}});
+    fill_offsets(n, ext, {{&sb, &p.b_n}, {&sc, &p.c_n}});
+    fill_offsets(k, ext, {{&sa, &p.a_k}, {&sb, &p.b_k}});
+    p.describe();
+  });
   g.a = a.data;
   g.b = b.data;
   g.c = c;
   g.accumulate = accumulate;
-  fill_offsets(batch, ext, {{&sa, &g.a_batch}, {&sb, &g.b_batch}, {&sc, &g.c_batch}});
-  fill_offsets(m, ext, {{&sa, &g.a_m}, {&sc, &g.c_m}});
-  fill_offsets(n, ext, {{&sb, &g.b_n}, {&sc, &g.c_n}});
-  fill_offsets(k, ext, {{&sa, &g.a_k}, {&sb, &g.b_k}});
   run_gemm(g);
 }
 
@@ -231,6 +280,10 @@ void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, opera
   std::span<const int> c_labels(bind.output_labels.begin(), bind.output_labels.end());
   if (ops.size() == 1) {
     reduce_single(ops[0], c, c_labels, c_strides, ext, accumulate);
+    return;
+  }
+  if (ops.size() == 2) {  // the one step any plan has: no plan to make
+    contract_pair(ops[0], ops[1], c, c_labels, c_strides, ext, accumulate);
     return;
   }
   const contraction_order plan = static_plan ? *static_plan : plan_einsum(bind, ext);  // compile-time plan if given

@@ -53,6 +53,22 @@ namespace xshard::detail {
 
 using offsets = std::vector<std::ptrdiff_t>;
 
+/// What uniform_stride finds in an offset table.
+struct stride_info {
+  std::ptrdiff_t stride = 0;
+  bool uniform = false;
+};
+
+/// Stride s if table[i] == i * s for all i, else 0 and uniform == false.
+inline stride_info uniform_stride(const offsets& t) {
+  if (t.empty()) return {0, true};
+  if (t[0] != 0) return {};
+  const std::ptrdiff_t s = t.size() > 1 ? t[1] : 1;
+  for (std::size_t i = 2; i < t.size(); ++i)
+    if (t[i] != static_cast<std::ptrdiff_t>(i) * s) return {};
+  return {s, true};
+}
+
 /// One batched strided GEMM problem (see the header comment).
 template <class T>
 struct gemm_problem {
@@ -64,21 +80,17 @@ struct gemm_problem {
   offsets b_n, c_n;                   ///< N
   offsets a_k, b_k;                   ///< K
   bool accumulate = false;            ///< C += (else C =)
+  /// uniform_stride of a_m, a_k, b_n, b_k and c_n (describe() sets them
+  /// once the tables are filled).
+  stride_info m_a, k_a, n_b, k_b, n_c;
+  void describe() {
+    m_a = uniform_stride(a_m);
+    k_a = uniform_stride(a_k);
+    n_b = uniform_stride(b_n);
+    k_b = uniform_stride(b_k);
+    n_c = uniform_stride(c_n);
+  }
 };
-
-/// Stride s if table[i] == i * s for all i, else 0 and uniform == false.
-struct stride_info {
-  std::ptrdiff_t stride = 0;
-  bool uniform = false;
-};
-inline stride_info uniform_stride(const offsets& t) {
-  if (t.empty()) return {0, true};
-  if (t[0] != 0) return {};
-  const std::ptrdiff_t s = t.size() > 1 ? t[1] : 1;
-  for (std::size_t i = 2; i < t.size(); ++i)
-    if (t[i] != static_cast<std::ptrdiff_t>(i) * s) return {};
-  return {s, true};
-}
 
 // ---------------------------------------------------------------------------
 // Micro-kernels: one body (arch/micro_body.hpp) stamped out per instruction
@@ -423,11 +435,8 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
   constexpr std::size_t MC = (B::mc + MR - 1) / MR * MR, NC = (B::nc + NR - 1) / NR * NR, KC = B::kc;
   const std::size_t K = g.a_k.size();
   thread_local aligned_buffer<T> abuf, bbuf;
-  gemm_share_state<T> st{
-      uniform_stride(g.a_m), uniform_stride(g.a_k), uniform_stride(g.b_n), uniform_stride(g.b_k), false, false, false,
-      abuf.get(MC * KC),     bbuf.get(NC * KC)};
-  const stride_info n_c = uniform_stride(g.c_n);
-  st.c_rows_contiguous = n_c.uniform && n_c.stride == 1;
+  gemm_share_state<T> st{g.m_a, g.k_a, g.n_b, g.k_b, false, false, false, abuf.get(MC * KC), bbuf.get(NC * KC)};
+  st.c_rows_contiguous = g.n_c.uniform && g.n_c.stride == 1;
   st.direct_a = reads_a_in_place<T>(st.m_a, st.k_a);
   st.direct_b = reads_b_in_place<T>(st.n_b, st.k_b, r.m1 - r.m0);
   for (std::size_t bi = r.b0; bi < r.b1; ++bi) {
@@ -468,9 +477,8 @@ void gemm_driver(const gemm_problem<T>& g) {
     gemm_share<T, Kernel>(g, {0, batches, 0, M, 0, N});
     return;
   }
-  const stride_info m_a = uniform_stride(g.a_m), k_a = uniform_stride(g.a_k);
   const auto grid = gemm_thread_grid(batches, M, N, K, threads, Kernel::mr, Kernel::nr, blocking<T>::nc,
-                                     !reads_a_in_place<T>(m_a, k_a));
+                                     !reads_a_in_place<T>(g.m_a, g.k_a));
   default_thread_pool().parallel_for(threads, [&](std::size_t t) {
     const std::size_t tb = t / (grid[1] * grid[2]), tm = (t / grid[2]) % grid[1], tn = t % grid[2];
     const auto [b0, b1] = split_range(batches, grid[0], tb, 1);
