@@ -3,7 +3,8 @@
 // layout the driver treats differently (A read in place, A packed because its
 // row stride is a multiple of 4 KiB, A with unit M stride, B transposed, C
 // transposed so tiles are scattered, batched), against a naive
-// double-precision loop, and bit-identical for 1, 2 and 3 threads.
+// double-precision loop, and bit-identical for 1, 2 and 3 threads; the
+// offset tables each thread keeps, across more shapes than it keeps.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <xshard/core/thread_pool.hpp>
 #include <xshard/einsum/einsum.hpp>
 #include <xtensor/xarray.hpp>
+#include <xtensor/xmanipulation.hpp>
 #include <xtensor/xrandom.hpp>
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>
@@ -168,6 +170,36 @@ TEST(EinsumBlocking, IntoAccumulatesNothingFromTheOldOutput) {  // C = AB overwr
   expect_close(
       want, 1, M, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); },
       "einsum_into over a filled output");
+}
+
+TEST(EinsumBlocking, KeptOffsetTablesFollowShapesAndLayouts) {
+  // Each thread keeps the offset tables of its last 8 contractions. Twelve
+  // shapes in turn, twice (every table evicted and refilled), and the same
+  // shape read through a transposed view (same extents, other strides: its
+  // own tables), all against the naive loop.
+  struct dims {
+    std::size_t m, n, k;
+  };
+  std::vector<dims> cases;
+  for (std::size_t i = 0; i < 12; ++i) cases.push_back({3 + 5 * i, 40 - 3 * i, 7 + 2 * i});
+  for (int round = 0; round < 2; ++round)
+    for (const dims& d : cases) {
+      xt::random::seed(static_cast<unsigned>(10 * round + d.m));
+      const xt::xtensor<float, 2> a = xt::random::randn<float>({d.m, d.k});
+      const xt::xtensor<float, 2> bt = xt::random::randn<float>({d.n, d.k});  // B transposed
+      const xt::xtensor<float, 2> b = xt::transpose(bt);
+      const xt::xtensor<float, 2> c1 = xshard::einsum<"ik,kj->ij">(a, b);
+      const xt::xtensor<float, 2> c2 = xshard::einsum<"ik,kj->ij">(a, xt::transpose(bt));
+      const auto want = naive(
+          1, d.m, d.n, d.k, [&](std::size_t, std::size_t i, std::size_t p) { return double(a(i, p)); },
+          [&](std::size_t, std::size_t p, std::size_t j) { return double(bt(j, p)); });
+      const std::string what = "round " + std::to_string(round) + ", M = " + std::to_string(d.m);
+      expect_close(
+          want, 1, d.m, d.n, d.k, [&](std::size_t, std::size_t i, std::size_t j) { return double(c1(i, j)); }, what);
+      expect_close(
+          want, 1, d.m, d.n, d.k, [&](std::size_t, std::size_t i, std::size_t j) { return double(c2(i, j)); },
+          what + ", B a transposed view");
+    }
 }
 
 }  // namespace
