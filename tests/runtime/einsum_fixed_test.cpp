@@ -23,6 +23,7 @@
 #include <xshard/xshard.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xfixed.hpp>
+#include <xtensor/xrandom.hpp>
 #include <xtensor/xtensor.hpp>
 
 #include "../support/alloc_counter.hpp"  // replaces operator new: einsum_into's allocations
@@ -527,6 +528,26 @@ void check_dynamic_no_allocation() {
 
 TEST(EinsumInto, DynamicShapesAllocateNothingAfterTheFirstCallFloat) { check_dynamic_no_allocation<float>(); }
 TEST(EinsumInto, DynamicShapesAllocateNothingAfterTheFirstCallDouble) { check_dynamic_no_allocation<double>(); }
+
+TEST(EinsumVjp, AllocatesOnlyTheGradient) {
+  // A layer's backward: each operand's gradient of "bi,oi->bo" is one
+  // allocation, its result; the checks and bookkeeping around the GEMM use
+  // bounded lists. Values against the plain einsum of the grad equations.
+  const xt::xtensor<float, 2> x = xt::random::randn<float>({6, 5}), w = xt::random::randn<float>({7, 5});
+  const xt::xtensor<float, 2> gy = xt::random::randn<float>({6, 7});
+  auto count = [&](auto f) {
+    (void)f();  // the first call of a shape fills this thread's tables
+    const std::size_t before = alloc_stats::thread_allocations();
+    const auto r = f();
+    return std::make_pair(alloc_stats::thread_allocations() - before, r);
+  };
+  const auto [n0, dx] = count([&] { return xshard::einsum_vjp<"bi,oi->bo", 0>(gy, x, w); });
+  const auto [n1, dw] = count([&] { return xshard::einsum_vjp<"bi,oi->bo", 1>(gy, x, w); });
+  EXPECT_EQ(n0, 1u);
+  EXPECT_EQ(n1, 1u);
+  EXPECT_EQ(dx, (xshard::einsum<"bo,oi->bi">(gy, w)));
+  EXPECT_EQ(dw, (xshard::einsum<"bo,bi->oi">(gy, x)));
+}
 
 TEST(EinsumFixedInto, OutputOverlappingAnOperandIsRefused) {
   auto a = random<fixed<double, 3, 3>>(47);

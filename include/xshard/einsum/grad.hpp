@@ -17,6 +17,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -176,20 +177,35 @@ void scatter_grad(const T* g, std::span<const std::int64_t> g_shape, std::span<c
   }
 }
 
+/// A shape as signed extents, bounded (no allocation).
+using extent_list64 = static_vector<std::int64_t, max_einsum_rank>;
+
+/// A range's elements in a bounded list L. @pre the binding checked the
+/// ranks (no more than L's capacity).
+template <class L, class R>
+L bounded(const R& r) {
+  L out;
+  for (const auto v : r) out.push_back(static_cast<std::remove_cvref_t<decltype(out[0])>>(v));
+  return out;
+}
+
 /// Refuses an output gradient whose shape is not the forward output's (the
 /// scatter below indexes the operand's gradient by the gradient's extents).
+/// Allocates nothing unless it throws.
 template <class G, class... E>
 void check_output_gradient(const einsum_binding& fb, const G& gy, std::string_view text, const E&... ops) {
-  const std::vector<std::int64_t> s[] = {std::vector<std::int64_t>(ops.shape().begin(), ops.shape().end())...};
-  const std::vector<std::span<const std::int64_t>> shapes(std::begin(s), std::end(s));
-  const einsum_extents ext = einsum_label_extents(fb, shapes).get(text);
-  const std::string what = "xshard: einsum_vjp \"" + std::string(text) + "\": the output gradient ";
+  const std::array<extent_list64, sizeof...(E)> s{bounded<extent_list64>(ops.shape())...};
+  std::array<std::span<const std::int64_t>, sizeof...(E)> shapes{};
+  for (std::size_t i = 0; i < sizeof...(E); ++i) shapes[i] = std::span<const std::int64_t>(s[i].begin(), s[i].end());
+  const einsum_extents ext =
+      einsum_label_extents(fb, std::span<const std::span<const std::int64_t>>(shapes.data(), shapes.size())).get(text);
+  auto what = [&] { return "xshard: einsum_vjp \"" + std::string(text) + "\": the output gradient "; };
   if (gy.dimension() != fb.output_labels.size())
-    throw error(what + "has rank " + std::to_string(gy.dimension()) + ", the output " +
+    throw error(what() + "has rank " + std::to_string(gy.dimension()) + ", the output " +
                 std::to_string(fb.output_labels.size()));
   for (std::size_t d = 0; d < fb.output_labels.size(); ++d)
     if (static_cast<std::int64_t>(gy.shape()[d]) != ext.of[fb.output_labels[d]])
-      throw error(what + "has extent " + std::to_string(gy.shape()[d]) + " in dim " + std::to_string(d) +
+      throw error(what() + "has extent " + std::to_string(gy.shape()[d]) + " in dim " + std::to_string(d) +
                   ", the output " + std::to_string(ext.of[fb.output_labels[d]]));
 }
 
@@ -213,7 +229,9 @@ auto einsum_vjp(const G& gy, const E&... ops) {
   constexpr auto grad_text = einsum_grad<Eq, I>();
   constexpr einsum_equation geq = detail::grad_equation<Eq, I>.value;
   const auto& xi = std::get<I>(std::forward_as_tuple(ops...));
-  std::vector<std::int64_t> ranks{static_cast<std::int64_t>(ops.dimension())...};
+  // The bookkeeping below is bounded lists: a call allocates nothing but
+  // the gradient itself (and the einsum's result).
+  const std::array<std::int64_t, sizeof...(E)> ranks{static_cast<std::int64_t>(ops.dimension())...};
   const einsum_binding fb = bind_einsum(eq, ranks).get(Eq.view());
   detail::check_output_gradient(fb, gy, Eq.view(), ops...);
   // The reduced gradient: einsum of gy and the other operands.
@@ -222,20 +240,20 @@ auto einsum_vjp(const G& gy, const E&... ops) {
   };
   auto reduced = others(std::make_index_sequence<sizeof...(E) - 1>{});
   // Shape of operand I (and its static rank, if any).
-  std::vector<std::int64_t> xshape(xi.shape().begin(), xi.shape().end());
+  const auto xshape = detail::bounded<detail::extent_list64>(xi.shape());
   constexpr std::int64_t rank = tensor_rank_v<decltype(xi)>;
   using result_t =
       std::conditional_t<(rank >= 0), xt::xtensor<T, static_cast<std::size_t>(rank < 0 ? 0 : rank)>, xt::xarray<T>>;
   // Labels: xi's own (its ellipsis dims right-aligned to the broadcast
   // ellipsis of the forward equation), the reduced gradient's.
-  std::vector<int> xl(fb.operand_labels[I].begin(), fb.operand_labels[I].end());
-  std::vector<std::int64_t> granks{static_cast<std::int64_t>(gy.dimension())};
-  for (std::size_t j = 0; j < sizeof...(E); ++j)
-    if (j != I) granks.push_back(ranks[j]);
+  const auto xl = detail::bounded<detail::label_list>(fb.operand_labels[I]);
+  std::array<std::int64_t, sizeof...(E)> granks{static_cast<std::int64_t>(gy.dimension())};
+  for (std::size_t j = 0, k = 1; j < sizeof...(E); ++j)
+    if (j != I) granks[k++] = ranks[j];
   const einsum_binding gb = bind_einsum(geq, granks).get(grad_text.view());
   // The grad equation's ellipsis dims are right-aligned like the forward's:
   // shift its ids so they line up with the forward binding.
-  std::vector<int> gl;
+  detail::label_list gl;
   for (int id : gb.output_labels)
     gl.push_back(id >= einsum_letter_ids ? id + (fb.ellipsis_dims - gb.ellipsis_dims) : id);
   result_t dx;
@@ -253,8 +271,11 @@ auto einsum_vjp(const G& gy, const E&... ops) {
   }
   dx = result_t::from_shape(xi.shape());
   const xt::xarray<T> rg = reduced;
-  std::vector<std::int64_t> rshape(rg.shape().begin(), rg.shape().end());
-  detail::scatter_grad<T>(rg.data(), rshape, gl, dx.data(), xshape, xl);
+  const auto rshape = detail::bounded<detail::extent_list64>(rg.shape());
+  detail::scatter_grad<T>(rg.data(), std::span<const std::int64_t>(rshape.begin(), rshape.end()),
+                          std::span<const int>(gl.begin(), gl.end()), dx.data(),
+                          std::span<const std::int64_t>(xshape.begin(), xshape.end()),
+                          std::span<const int>(xl.begin(), xl.end()));
   return dx;
 }
 
