@@ -366,7 +366,12 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
   // contiguous and the panel is full; else through ctile).
   auto tile = [&](int used, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, std::size_t c0, int lo, int hi,
                   std::size_t jr, std::size_t nw, const T* b, std::ptrdiff_t bs) {
-    if (st.c_rows_contiguous && lo == 0 && hi == used && nw == NR) {
+    // Straight into C: every row of the tile, or also rows [0, lo) of an
+    // overlapping window when they are this macro-tile's own rows, already
+    // written in this K block (c0 >= i0) and not accumulated into (!add):
+    // the kernel writes them again with the same values (each row's sum is
+    // its own, in the same k order, whatever the kernel's row count).
+    if (st.c_rows_contiguous && hi == used && nw == NR && (lo == 0 || (!add && c0 >= i0))) {
       for (int i = 0; i < used; ++i) rows[i] = cb + g.c_m[c0 + static_cast<std::size_t>(i)] + (j0 + jr);
       Kernel::run(used, kc, a, rs, cs, b, bs, rows, add);
       return;
@@ -376,6 +381,14 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
     for (int i = lo; i < hi; ++i) {
       T* const crow = cb + g.c_m[c0 + static_cast<std::size_t>(i)];
       const T* const src = ctile + i * NR;
+      if (st.c_rows_contiguous && nw == NR) {  // a full row of the tile, contiguous: a loop of NR
+        T* const dst = crow + (j0 + jr);
+        if (add)
+          for (int j = 0; j < NR; ++j) dst[j] += src[j];
+        else
+          for (int j = 0; j < NR; ++j) dst[j] = src[j];
+        continue;
+      }
       for (std::size_t j = 0; j < nw; ++j) {
         T& dst = crow[g.c_n[j0 + jr + j]];
         dst = add ? dst + src[j] : src[j];
