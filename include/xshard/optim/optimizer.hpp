@@ -609,6 +609,15 @@ class optimizer {
       static_assert(PY::valid && std::is_same_v<typename PY::value_type, T> && PY::partial == 0,
                     "xshard: optimizer::layer_updates: a layer's gradient must be a reduced tensor of the parameters' "
                     "value type");
+      if constexpr (PX::is_sharded)
+        static_assert(
+            [] {
+              std::int64_t parts = 1;
+              for (const auto ax : X::resolved.dims[0]) parts *= X::mesh_shape[static_cast<std::size_t>(ax)];
+              return parts == 1;
+            }(),
+            "xshard: optimizer::layer_updates: a stacked parameter's layer dim (dim 0) is sharded: a device's block "
+            "would not hold every layer");
       auto& p = std::get<k>(params);
       const auto& g = std::get<k>(grads);
       const auto& stack = PX::block(p).shape();
