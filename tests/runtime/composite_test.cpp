@@ -639,6 +639,44 @@ TYPED_TEST(CompositeTyped, RmsNormKernelMatchesDecomposition) {
     }
 }
 
+// The rms_norm row kernels of ops/arch/x86.hpp, each ISA the CPU has,
+// against the double reference: sizes around every vector width, every
+// magnitude.
+TEST(CompositeRmsNorm, EveryX86KernelTheCpuRunsMatchesTheReference) {
+#if XSHARD_X86_KERNELS
+  const xshard::simd_isa cpu = xshard::detail::cpu_isa();
+  unsigned seed = 900;
+  for (double mag : magnitudes)
+    for (std::size_t n : odd_sizes) {
+      if (n == 0) continue;
+      const std::array<std::size_t, 2> shape{3, n};
+      const auto x = random_tensor<float>(shape, mag, seed++);
+      const auto g = random_tensor<float>(shape, 1.0, seed++);
+      auto check = [&](auto forward, auto backward, const std::string& isa) {
+        xt::xtensor<float, 2> y = xt::zeros<float>(shape), dx = xt::zeros<float>(shape);
+        xt::xtensor<float, 2> rstd = xt::zeros<float>({std::size_t{3}, std::size_t{1}});
+        for (std::size_t r = 0; r < 3; ++r) rstd(r, 0) = forward(x.data() + r * n, y.data() + r * n, n, 1e-6f);
+        for (std::size_t r = 0; r < 3; ++r)
+          backward(g.data() + r * n, x.data() + r * n, rstd(r, 0), dx.data() + r * n, n);
+        const auto ref = rms_norm_reference(x, g, rstd, 1e-6);
+        const std::string what = isa + " n=" + std::to_string(n) + " magnitude=" + std::to_string(mag);
+        expect_near_reference(
+            y, ref.y, row_tol<float>, [](std::size_t) { return 0.0; }, "rms_norm output " + what);
+        expect_near_reference(
+            rstd, ref.rstd, row_tol<float>, [](std::size_t) { return 0.0; }, "rms_norm rstd " + what);
+        expect_near_reference(
+            dx, ref.dx, row_tol<float>, [&](std::size_t i) { return ref.dx_scale[i]; }, "rms_norm_backward " + what);
+      };
+      if (cpu == xshard::simd_isa::avx512)
+        check(xshard::detail::x86::avx512::rms_norm_row, xshard::detail::x86::avx512::rms_norm_backward_row, "avx512");
+      if (cpu != xshard::simd_isa::generic)
+        check(xshard::detail::x86::avx2::rms_norm_row, xshard::detail::x86::avx2::rms_norm_backward_row, "avx2");
+    }
+#else
+  GTEST_SKIP() << "no x86-64 kernels in this build";
+#endif
+}
+
 TYPED_TEST(CompositeTyped, RmsNormEmptyRowsAndRankOne) {
   using T = TypeParam;
   for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {

@@ -17,7 +17,9 @@
 // unlike layer_norm's variance it loses nothing in one pass.
 // The decomposition is xt::mean, xt::sqrt and broadcasting arithmetic, each
 // evaluated; the kernel does a row in two passes (sum of squares; write), the
-// backward in two per row (sum of g * y; write), with xsimd along the row.
+// backward in two per row (sum of g * y; write), along the row on the CPU's
+// widest vectors for floats on x86-64 (ops/arch/x86.hpp, by active_isa()),
+// with xsimd otherwise.
 #pragma once
 
 #include <array>
@@ -30,6 +32,8 @@
 #include <xtensor/xmath.hpp>     // xt::sqrt
 #include <xtensor/xreducer.hpp>  // xt::mean
 
+#include "../core/isa.hpp"
+#include "arch/x86.hpp"
 #include "composite_policy.hpp"
 #include "composite_support.hpp"
 
@@ -77,6 +81,15 @@ void rms_norm_backward_decomposition(const T* g_data, const T* x_data, const T* 
 
 // ---- fused kernel -----------------------------------------------------------
 
+/// The instruction set for rows of n floats: the CPU's widest, but AVX2 for
+/// rows shorter than three AVX-512 vectors (a row ends in a horizontal sum
+/// over the lanes, which costs more than the wider vectors save there:
+/// measured at n = 32).
+inline simd_isa row_isa(std::size_t n) {
+  const simd_isa isa = active_isa();
+  return isa == simd_isa::avx512 && n < 48 ? simd_isa::avx2 : isa;
+}
+
 template <class T>
 void rms_norm_kernel(const T* x, T* y, T* rstd_out, std::size_t rows, std::size_t n, T eps) {
   using B = batch_t<T>;
@@ -84,7 +97,22 @@ void rms_norm_kernel(const T* x, T* y, T* rstd_out, std::size_t rows, std::size_
   const std::size_t full = n - n % L;
   const std::size_t r = n - full;
   const T inv_n = T(1) / static_cast<T>(n);
+  [[maybe_unused]] const simd_isa isa = row_isa(n);
   parallel_ranges(rows, rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
+#if XSHARD_X86_KERNELS
+    if constexpr (std::is_same_v<T, float>) {  // the CPU's widest vectors (ops/arch/x86.hpp)
+      if (isa == simd_isa::avx512) {
+        for (std::size_t row = r0; row < r1; ++row)
+          rstd_out[row] = x86::avx512::rms_norm_row(x + row * n, y + row * n, n, eps);
+        return;
+      }
+      if (isa == simd_isa::avx2) {
+        for (std::size_t row = r0; row < r1; ++row)
+          rstd_out[row] = x86::avx2::rms_norm_row(x + row * n, y + row * n, n, eps);
+        return;
+      }
+    }
+#endif
     for (std::size_t row = r0; row < r1; ++row) {
       const T* xr = x + row * n;
       T* yr = y + row * n;
@@ -112,7 +140,22 @@ void rms_norm_backward_kernel(const T* g, const T* x, const T* rstd, T* dx, std:
   constexpr std::size_t L = B::size;
   const std::size_t full = n - n % L;
   const std::size_t r = n - full;
+  [[maybe_unused]] const simd_isa isa = row_isa(n);
   parallel_ranges(rows, rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
+#if XSHARD_X86_KERNELS
+    if constexpr (std::is_same_v<T, float>) {  // the CPU's widest vectors (ops/arch/x86.hpp)
+      if (isa == simd_isa::avx512) {
+        for (std::size_t row = r0; row < r1; ++row)
+          x86::avx512::rms_norm_backward_row(g + row * n, x + row * n, rstd[row], dx + row * n, n);
+        return;
+      }
+      if (isa == simd_isa::avx2) {
+        for (std::size_t row = r0; row < r1; ++row)
+          x86::avx2::rms_norm_backward_row(g + row * n, x + row * n, rstd[row], dx + row * n, n);
+        return;
+      }
+    }
+#endif
     for (std::size_t row = r0; row < r1; ++row) {
       const T* gr = g + row * n;
       const T* xr = x + row * n;

@@ -1,9 +1,11 @@
 // xshard/ops/arch/x86.hpp - the composites' fused kernels on floats with
 // AVX-512 and AVX2 + FMA intrinsics under target attributes, so a binary
-// built without -march runs them on the CPU's widest vectors (ops/gelu.hpp
-// and ops/softmax.hpp pick one by active_isa()): gelu and gelu_backward
-// (erf form), softmax and softmax_backward of contiguous rows. xsimd 8.1 defines its wide batches only when
-// the TU itself is compiled for them, hence intrinsics here.
+// built without -march runs them on the CPU's widest vectors (ops/gelu.hpp,
+// ops/softmax.hpp and ops/rms_norm.hpp pick one by active_isa()): gelu and
+// gelu_backward (erf form), softmax and softmax_backward of contiguous rows,
+// rms_norm and its backward of contiguous rows. xsimd 8.1 defines its wide
+// batches only when the TU itself is compiled for them, hence intrinsics
+// here.
 //
 // The math is the portable kernel's (ops/gelu.hpp, erf_and_gauss): xsimd
 // 8.1's float erf polynomials (erf1 below |u| = 2/3, 1 - exp(-u^2) erfc2
@@ -21,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <limits>
 
@@ -255,6 +258,41 @@ struct avx2_f32 {
       O::store(dx + j, O::mul(O::load(y + j), O::sub(O::load(g + j), dot)));                                          \
     if (r)                                                                                                            \
       store_first(dx + full, r, O::mul(load_padded(y + full, r, 0.0f), O::sub(load_padded(g + full, r, 0.0f), dot))); \
+  }                                                                                                                   \
+  /* rms_norm of one contiguous row of n floats: y = x rstd; returns rstd = 1 / sqrt(mean(x^2) + eps). */             \
+  TARGET inline float rms_norm_row(const float* x, float* y, std::size_t n, float eps) {                              \
+    using O = OPS;                                                                                                    \
+    const std::size_t full = n - n % O::lanes, r = n - full;                                                          \
+    O::V sq = O::set1(0.0f);                                                                                          \
+    for (std::size_t j = 0; j < full; j += O::lanes) {                                                                \
+      const O::V v = O::load(x + j);                                                                                  \
+      sq = O::fma(v, v, sq);                                                                                          \
+    }                                                                                                                 \
+    if (r) {                                                                                                          \
+      const O::V v = load_padded(x + full, r, 0.0f); /* padding adds 0 */                                             \
+      sq = O::fma(v, v, sq);                                                                                          \
+    }                                                                                                                 \
+    const float rstd = 1.0f / std::sqrt(lanes_sum(sq) * (1.0f / static_cast<float>(n)) + eps);                        \
+    const O::V s = O::set1(rstd);                                                                                     \
+    for (std::size_t j = 0; j < full; j += O::lanes) O::store(y + j, O::mul(O::load(x + j), s));                      \
+    if (r) store_first(y + full, r, O::mul(load_padded(x + full, r, 0.0f), s));                                       \
+    return rstd;                                                                                                      \
+  }                                                                                                                   \
+  /* rms_norm's input gradient over one row: dx = rstd (g - y mean(g y)), y = x rstd. */                              \
+  TARGET inline void rms_norm_backward_row(const float* g, const float* x, float rstd, float* dx, std::size_t n) {    \
+    using O = OPS;                                                                                                    \
+    const std::size_t full = n - n % O::lanes, r = n - full;                                                          \
+    const O::V s = O::set1(rstd);                                                                                     \
+    O::V sb = O::set1(0.0f);                                                                                          \
+    for (std::size_t j = 0; j < full; j += O::lanes) sb = O::fma(O::load(g + j), O::mul(O::load(x + j), s), sb);      \
+    if (r) sb = O::fma(load_padded(g + full, r, 0.0f), O::mul(load_padded(x + full, r, 0.0f), s), sb);                \
+    const O::V b = O::set1(lanes_sum(sb) / static_cast<float>(n));                                                    \
+    for (std::size_t j = 0; j < full; j += O::lanes)                                                                  \
+      O::store(dx + j, O::mul(s, O::sub(O::load(g + j), O::mul(O::mul(O::load(x + j), s), b))));                      \
+    if (r)                                                                                                            \
+      store_first(                                                                                                    \
+          dx + full, r,                                                                                               \
+          O::mul(s, O::sub(load_padded(g + full, r, 0.0f), O::mul(O::mul(load_padded(x + full, r, 0.0f), s), b))));   \
   }
 
 namespace avx512 {
