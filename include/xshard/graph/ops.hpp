@@ -212,6 +212,26 @@ void bias_rows(T* out, const T* a, const V& b, std::size_t rows, std::size_t n) 
   }
 }
 
+/// a op b row by row (bias_rows) for a plain tensor a whose last extent is
+/// b's size: into a fresh tensor when a is an lvalue, into a's own buffer
+/// when it is a temporary. The one path of plain and sharded bias adds (a
+/// sharded one passes its blocks).
+template <binary B, class A, class V>
+std::remove_cvref_t<A> bias_applied(A&& a, const V& b) {
+  using R = std::remove_cvref_t<A>;
+  const std::size_t n = a.shape()[a.dimension() - 1];
+  const std::size_t rows = a.size() / std::max<std::size_t>(n, 1);
+  if constexpr (std::is_lvalue_reference_v<A>) {
+    R out = R::from_shape(a.shape());
+    bias_rows<B>(out.data(), a.data(), b, rows, n);
+    return out;
+  } else {
+    R r = std::move(a);
+    bias_rows<B>(r.data(), r.data(), b, rows, n);
+    return r;
+  }
+}
+
 /// x * w with x a plain tensor of rank >= 2 and w a rank-1 operand along
 /// its last dim (a norm's gain), g a plain tensor of x's rank.
 template <class G, class A0, class A1>
@@ -474,20 +494,13 @@ struct rule<binary_op<B>> {
         // Each device's block row by row against its block of the bias (the
         // layouts split the last dim alike: check_sharded_binary), in one
         // pass into a fresh block or into a's own when a is a temporary.
-        const auto& al = a.local();
-        const std::size_t n = al.shape()[DA::rank - 1];
-        if (b.local().size() == n) {
-          using T = typename DA::value_type;
-          if constexpr (std::is_lvalue_reference_v<X>) {
-            xt::xtensor<T, DA::rank> out = xt::xtensor<T, DA::rank>::from_shape(al.shape());
-            detail::bias_rows<B>(out.data(), al.data(), b.local(), al.size() / std::max<std::size_t>(n, 1), n);
-            return DA(a.device(), a.global_shape(), std::move(out));
-          } else {
-            DA r = std::move(a);
-            T* const p = r.local().data();
-            detail::bias_rows<B>(p, p, b.local(), r.local().size() / std::max<std::size_t>(n, 1), n);
-            return r;
-          }
+        if (b.local().size() == a.local().shape()[DA::rank - 1]) {
+          const auto device = a.device();
+          const auto global = a.global_shape();
+          if constexpr (std::is_lvalue_reference_v<X>)
+            return DA(device, global, detail::bias_applied<B>(a.local(), b.local()));
+          else
+            return DA(device, global, detail::bias_applied<B>(std::move(a.local()), b.local()));
         }
         DA r = std::forward<X>(a);  // extents that do not match: xtensor's broadcast error
         if constexpr (B == binary::add)
@@ -508,16 +521,7 @@ struct rule<binary_op<B>> {
       detail::check_broadcast(a.shape(), b.shape(), binary_op<B>::text);
       if constexpr (detail::rank_v<Y> == 1 && std::is_same_v<DA, xt::xtensor<T, R>>) {
         // A rank-1 operand along the last dim (a bias): row by row.
-        const std::size_t n = a.shape()[R - 1];
-        if (b.size() == n) {
-          xt::xtensor<T, R> r;
-          if constexpr (std::is_lvalue_reference_v<X>)
-            r = xt::xtensor<T, R>::from_shape(a.shape());
-          else
-            r = std::move(a);
-          detail::bias_rows<B>(r.data(), std::is_lvalue_reference_v<X> ? a.data() : r.data(), b, r.size() / n, n);
-          return r;
-        }
+        if (b.size() == a.shape()[R - 1]) return detail::bias_applied<B>(std::forward<X>(a), b);
       }
       if constexpr (!std::is_lvalue_reference_v<X> && std::is_same_v<DA, xt::xtensor<T, R>>) {
         // The left operand's buffer, when the result has its shape.
