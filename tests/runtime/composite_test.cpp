@@ -532,6 +532,71 @@ TEST(CompositeLayerNorm, ShapeErrorsNameTheOperand) {
 
 // ---- rms_norm ---------------------------------------------------------------
 
+// Each x86 row kernel the CPU can run (AVX-512 and AVX2 + FMA, called
+// directly, whatever XSHARD_ISA says) against the decomposition in double:
+// with and without weight and bias, rows away from zero, every tail length.
+TEST(CompositeLayerNorm, EveryX86KernelTheCpuRunsMatchesTheDoubleDecomposition) {
+#if XSHARD_X86_KERNELS
+  const xshard::simd_isa cpu = xshard::detail::cpu_isa();
+  if (cpu == xshard::simd_isa::generic) GTEST_SKIP() << "the CPU has neither AVX2 nor AVX-512";
+  unsigned seed = 1100;
+  for (double mag : magnitudes)
+    for (std::size_t n : odd_sizes) {
+      if (n == 0) continue;
+      for (bool affine : {false, true}) {
+        const std::size_t rows = 3;
+        const std::array<std::size_t, 2> shape{rows, n};
+        xt::xtensor<float, 2> x = random_tensor<float>(shape, mag, seed++);
+        x += float(mag);  // the variance must come from the deviations
+        const auto w = random_tensor<float>(std::array<std::size_t, 1>{n}, 1.0, seed++);
+        const auto b = random_tensor<float>(std::array<std::size_t, 1>{n}, 1.0, seed++);
+        const auto g = random_tensor<float>(shape, 1.0, seed++);
+        const xt::xtensor<double, 2> xd = xt::cast<double>(x), gd = xt::cast<double>(g);
+        const xt::xtensor<double, 1> wd = xt::cast<double>(w), bd = xt::cast<double>(b);
+        const auto want = affine ? xshard::layer_norm(xd, wd, bd, 1e-5, composite_mode::decompose)
+                                 : xshard::layer_norm(xd, 1e-5, composite_mode::decompose);
+        const auto dwant =
+            affine ? xshard::layer_norm_backward(gd, xd, want.mean, want.rstd, wd, composite_mode::decompose)
+                   : xshard::layer_norm_backward(gd, xd, want.mean, want.rstd, composite_mode::decompose);
+        const double out_scale = row_scale_max(want.output) + 1;
+        const double in_scale = (row_scale_max(dwant.input) + 1) * (1 + 1 / want.rstd(0, 0));
+        const double p_scale = row_scale_max(dwant.weight) + row_scale_max(dwant.bias) + 1;
+        const float* wp = affine ? w.data() : nullptr;
+        const float* bp = affine ? b.data() : nullptr;
+        auto check = [&](auto forward, auto backward, const std::string& isa) {
+          xt::xtensor<float, 2> y = xt::zeros<float>(shape), dx = xt::zeros<float>(shape);
+          xt::xtensor<float, 2> mean = xt::zeros<float>({rows, std::size_t{1}}), rstd = mean;
+          xt::xtensor<float, 1> dw = xt::zeros<float>({n}), db = xt::zeros<float>({n});
+          for (std::size_t r = 0; r < rows; ++r)
+            forward(&x(r, 0), &y(r, 0), n, wp, bp, 1e-5f, &mean(r, 0), &rstd(r, 0));
+          for (std::size_t r = 0; r < rows; ++r)
+            backward(&g(r, 0), &x(r, 0), mean(r, 0), rstd(r, 0), wp, &dx(r, 0), dw.data(), db.data(), n);
+          const std::string what =
+              isa + " n=" + std::to_string(n) + " magnitude=" + std::to_string(mag) + (affine ? " affine" : "");
+          expect_close(
+              y, want.output, row_tol<float>, [&](std::size_t) { return out_scale; }, "layer_norm output " + what);
+          expect_close(
+              mean, want.mean, row_tol<float>, [&](std::size_t) { return mag; }, "layer_norm mean " + what);
+          expect_close(
+              rstd, want.rstd, row_tol<float>, [](std::size_t) { return 0.0; }, "layer_norm rstd " + what);
+          expect_close(
+              dx, dwant.input, row_tol<float>, [&](std::size_t) { return in_scale; }, "layer_norm dx " + what);
+          expect_close(
+              dw, dwant.weight, row_tol<float>, [&](std::size_t) { return p_scale; }, "layer_norm dweight " + what);
+          expect_close(
+              db, dwant.bias, row_tol<float>, [&](std::size_t) { return p_scale; }, "layer_norm dbias " + what);
+        };
+        if (cpu == xshard::simd_isa::avx512)
+          check(xshard::detail::x86::avx512::layer_norm_row, xshard::detail::x86::avx512::layer_norm_backward_row,
+                "avx512");
+        check(xshard::detail::x86::avx2::layer_norm_row, xshard::detail::x86::avx2::layer_norm_backward_row, "avx2");
+      }
+    }
+#else
+  GTEST_SKIP() << "no x86-64 kernels in this build";
+#endif
+}
+
 /// rms_norm and its backward in double, a row at a time, as the header's
 /// formulas read. dx_scale is what a rounded dx can be off by, relative:
 /// rstd * (|g| + |y| * mean(|g * y|)) (the row sum of g * y rounds relative

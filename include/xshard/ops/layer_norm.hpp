@@ -15,7 +15,9 @@
 // so rows far from zero (1e4 + noise in float) keep their precision.
 // The decomposition is xt::mean, xt::sqrt and broadcasting arithmetic, each
 // evaluated; the kernel does a row in three passes (sum; squared deviations;
-// write), the backward in two per row, with xsimd along the row.
+// write), the backward in two per row, along the row on the CPU's widest
+// vectors for floats on x86-64 (ops/arch/x86.hpp, by active_isa()), with
+// xsimd otherwise.
 #pragma once
 
 #include <array>
@@ -29,6 +31,8 @@
 #include <xtensor/xreducer.hpp>  // xt::mean, xt::sum
 #include <xtensor/xstrided_view.hpp>
 
+#include "../core/isa.hpp"
+#include "arch/x86.hpp"
 #include "composite_policy.hpp"
 #include "composite_support.hpp"
 
@@ -116,7 +120,23 @@ void layer_norm_kernel(const T* x, T* y, T* mean_out, T* rstd_out, std::size_t r
   const std::size_t full = n - n % L;
   const std::size_t r = n - full;
   const T inv_n = T(1) / static_cast<T>(n);
+  [[maybe_unused]] const simd_isa isa = row_isa(n);
   parallel_ranges(rows, rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
+#if XSHARD_X86_KERNELS
+    if constexpr (std::is_same_v<T, float>) {  // the CPU's widest vectors (ops/arch/x86.hpp)
+      if (isa == simd_isa::avx512) {
+        for (std::size_t row = r0; row < r1; ++row)
+          x86::avx512::layer_norm_row(x + row * n, y + row * n, n, p.weight, p.bias, eps, mean_out + row,
+                                      rstd_out + row);
+        return;
+      }
+      if (isa == simd_isa::avx2) {
+        for (std::size_t row = r0; row < r1; ++row)
+          x86::avx2::layer_norm_row(x + row * n, y + row * n, n, p.weight, p.bias, eps, mean_out + row, rstd_out + row);
+        return;
+      }
+    }
+#endif
     for (std::size_t row = r0; row < r1; ++row) {
       const T* xr = x + row * n;
       T* yr = y + row * n;
@@ -159,6 +179,23 @@ void layer_norm_backward_kernel(const T* g, const T* x, const T* mean, const T* 
   const std::size_t r = n - full;
   std::fill(dw, dw + n, T(0));
   std::fill(db, db + n, T(0));
+#if XSHARD_X86_KERNELS
+  if constexpr (std::is_same_v<T, float>) {  // the CPU's widest vectors (ops/arch/x86.hpp)
+    const simd_isa isa = row_isa(n);
+    if (isa == simd_isa::avx512) {
+      for (std::size_t row = 0; row < rows; ++row)
+        x86::avx512::layer_norm_backward_row(g + row * n, x + row * n, mean[row], rstd[row], weight, dx + row * n, dw,
+                                             db, n);
+      return;
+    }
+    if (isa == simd_isa::avx2) {
+      for (std::size_t row = 0; row < rows; ++row)
+        x86::avx2::layer_norm_backward_row(g + row * n, x + row * n, mean[row], rstd[row], weight, dx + row * n, dw, db,
+                                           n);
+      return;
+    }
+  }
+#endif
   for (std::size_t row = 0; row < rows; ++row) {
     const T* gr = g + row * n;
     const T* xr = x + row * n;

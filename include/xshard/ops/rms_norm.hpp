@@ -81,15 +81,6 @@ void rms_norm_backward_decomposition(const T* g_data, const T* x_data, const T* 
 
 // ---- fused kernel -----------------------------------------------------------
 
-/// The instruction set for rows of n floats: the CPU's widest, but AVX2 for
-/// rows shorter than three AVX-512 vectors (a row ends in a horizontal sum
-/// over the lanes, which costs more than the wider vectors save there:
-/// measured at n = 32).
-inline simd_isa row_isa(std::size_t n) {
-  const simd_isa isa = active_isa();
-  return isa == simd_isa::avx512 && n < 48 ? simd_isa::avx2 : isa;
-}
-
 template <class T>
 void rms_norm_kernel(const T* x, T* y, T* rstd_out, std::size_t rows, std::size_t n, T eps) {
   using B = batch_t<T>;

@@ -1,9 +1,10 @@
 // xshard/ops/arch/x86.hpp - the composites' fused kernels on floats with
 // AVX-512 and AVX2 + FMA intrinsics under target attributes, so a binary
 // built without -march runs them on the CPU's widest vectors (ops/gelu.hpp,
-// ops/softmax.hpp and ops/rms_norm.hpp pick one by active_isa()): gelu and
-// gelu_backward (erf form), softmax and softmax_backward of contiguous rows,
-// rms_norm and its backward of contiguous rows. xsimd 8.1 defines its wide
+// ops/softmax.hpp, ops/rms_norm.hpp and ops/layer_norm.hpp pick one by
+// active_isa()): gelu and gelu_backward (erf form), softmax and
+// softmax_backward of contiguous rows, rms_norm, layer_norm and their
+// backwards of contiguous rows. xsimd 8.1 defines its wide
 // batches only when the TU itself is compiled for them, hence intrinsics
 // here.
 //
@@ -17,7 +18,22 @@
 // XSHARD_X86_KERNEL_BODIES over a struct of primitives.
 #pragma once
 
+#include <cstddef>
+
 #include "../../core/isa.hpp"
+
+namespace xshard::detail {
+
+/// The instruction set for a row kernel over rows of n floats: the CPU's
+/// widest, but AVX2 for rows shorter than three AVX-512 vectors (a row ends
+/// in a horizontal sum over the lanes, which costs more than the wider
+/// vectors save there: measured with rms_norm at n = 32).
+inline simd_isa row_isa(std::size_t n) {
+  const simd_isa isa = active_isa();
+  return isa == simd_isa::avx512 && n < 48 ? simd_isa::avx2 : isa;
+}
+
+}  // namespace xshard::detail
 
 #if XSHARD_X86_KERNELS
 
@@ -293,6 +309,80 @@ struct avx2_f32 {
       store_first(                                                                                                    \
           dx + full, r,                                                                                               \
           O::mul(s, O::sub(load_padded(g + full, r, 0.0f), O::mul(O::mul(load_padded(x + full, r, 0.0f), s), b))));   \
+  }                                                                                                                   \
+  /* layer_norm of one contiguous row of n floats in three passes (sum; squared deviations; write):          */       \
+  /* y = (x - mean) rstd (* w) (+ b), w and b optional (null); *mean_out, *rstd_out = 1 / sqrt(var + eps). */         \
+  TARGET inline void layer_norm_row(const float* x, float* y, std::size_t n, const float* w, const float* b,          \
+                                    float eps, float* mean_out, float* rstd_out) {                                    \
+    using O = OPS;                                                                                                    \
+    const std::size_t full = n - n % O::lanes, r = n - full;                                                          \
+    O::V acc = O::set1(0.0f);                                                                                         \
+    for (std::size_t j = 0; j < full; j += O::lanes) acc = O::add(acc, O::load(x + j));                               \
+    if (r) acc = O::add(acc, load_padded(x + full, r, 0.0f));                                                         \
+    const float mean = lanes_sum(acc) / static_cast<float>(n);                                                        \
+    const O::V m = O::set1(mean);                                                                                     \
+    O::V sq = O::set1(0.0f);                                                                                          \
+    for (std::size_t j = 0; j < full; j += O::lanes) {                                                                \
+      const O::V d = O::sub(O::load(x + j), m);                                                                       \
+      sq = O::fma(d, d, sq);                                                                                          \
+    }                                                                                                                 \
+    if (r) {                                                                                                          \
+      const O::V d = O::sub(load_padded(x + full, r, mean), m); /* padding adds 0 */                                  \
+      sq = O::fma(d, d, sq);                                                                                          \
+    }                                                                                                                 \
+    const float rstd = 1.0f / std::sqrt(lanes_sum(sq) * (1.0f / static_cast<float>(n)) + eps);                        \
+    *mean_out = mean;                                                                                                 \
+    *rstd_out = rstd;                                                                                                 \
+    const O::V s = O::set1(rstd);                                                                                     \
+    for (std::size_t j = 0; j < full; j += O::lanes) {                                                                \
+      O::V v = O::mul(O::sub(O::load(x + j), m), s);                                                                  \
+      if (w) v = O::mul(v, O::load(w + j));                                                                           \
+      if (b) v = O::add(v, O::load(b + j));                                                                           \
+      O::store(y + j, v);                                                                                             \
+    }                                                                                                                 \
+    if (r) {                                                                                                          \
+      O::V v = O::mul(O::sub(load_padded(x + full, r, 0.0f), m), s);                                                  \
+      if (w) v = O::mul(v, load_padded(w + full, r, 0.0f));                                                           \
+      if (b) v = O::add(v, load_padded(b + full, r, 0.0f));                                                           \
+      store_first(y + full, r, v);                                                                                    \
+    }                                                                                                                 \
+  }                                                                                                                   \
+  /* layer_norm's gradients over one row, g' = g (* w): dx = rstd (g' - mean(g') - xhat mean(g' xhat)),  */           \
+  /* and the row's terms added to the parameter gradients: dw += g xhat, db += g.                         */          \
+  TARGET inline void layer_norm_backward_row(const float* g, const float* x, float mean, float rstd, const float* w,  \
+                                             float* dx, float* dw, float* db, std::size_t n) {                        \
+    using O = OPS;                                                                                                    \
+    const std::size_t full = n - n % O::lanes, r = n - full;                                                          \
+    const O::V m = O::set1(mean), s = O::set1(rstd);                                                                  \
+    O::V sa = O::set1(0.0f), sb = O::set1(0.0f);                                                                      \
+    for (std::size_t j = 0; j < full; j += O::lanes) {                                                                \
+      const O::V gv = O::load(g + j), xhat = O::mul(O::sub(O::load(x + j), m), s);                                    \
+      const O::V gw = w ? O::mul(gv, O::load(w + j)) : gv;                                                            \
+      sa = O::add(sa, gw);                                                                                            \
+      sb = O::fma(gw, xhat, sb);                                                                                      \
+      O::store(dw + j, O::fma(gv, xhat, O::load(dw + j)));                                                            \
+      O::store(db + j, O::add(O::load(db + j), gv));                                                                  \
+    }                                                                                                                 \
+    if (r) { /* padding: g = 0 adds nothing */                                                                        \
+      const O::V gv = load_padded(g + full, r, 0.0f), xhat = O::mul(O::sub(load_padded(x + full, r, 0.0f), m), s);    \
+      const O::V gw = w ? O::mul(gv, load_padded(w + full, r, 0.0f)) : gv;                                            \
+      sa = O::add(sa, gw);                                                                                            \
+      sb = O::fma(gw, xhat, sb);                                                                                      \
+      store_first(dw + full, r, O::fma(gv, xhat, load_padded(dw + full, r, 0.0f)));                                   \
+      store_first(db + full, r, O::add(load_padded(db + full, r, 0.0f), gv));                                         \
+    }                                                                                                                 \
+    const O::V a = O::set1(lanes_sum(sa) / static_cast<float>(n));                                                    \
+    const O::V bm = O::set1(lanes_sum(sb) / static_cast<float>(n));                                                   \
+    for (std::size_t j = 0; j < full; j += O::lanes) {                                                                \
+      const O::V gv = O::load(g + j), xhat = O::mul(O::sub(O::load(x + j), m), s);                                    \
+      const O::V gw = w ? O::mul(gv, O::load(w + j)) : gv;                                                            \
+      O::store(dx + j, O::mul(s, O::fnma(xhat, bm, O::sub(gw, a))));                                                  \
+    }                                                                                                                 \
+    if (r) {                                                                                                          \
+      const O::V gv = load_padded(g + full, r, 0.0f), xhat = O::mul(O::sub(load_padded(x + full, r, 0.0f), m), s);    \
+      const O::V gw = w ? O::mul(gv, load_padded(w + full, r, 0.0f)) : gv;                                            \
+      store_first(dx + full, r, O::mul(s, O::fnma(xhat, bm, O::sub(gw, a))));                                         \
+    }                                                                                                                 \
   }
 
 namespace avx512 {
