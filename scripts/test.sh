@@ -10,7 +10,9 @@
 #               train_transformer, which no test runs, is compile-checked
 #               (-fsyntax-only, CTest syntax.*) instead of built; both
 #               sanitizer presets keep line tables only (-gline-tables-only /
-#               -g1: file and line in every report, less to compile).
+#               -g1: file and line in every report, less to compile) and
+#               build the train_mlp example at -O1 (XSHARD_EXAMPLE_OPTIMIZE:
+#               the example tests run it six times).
 #   tsan        GCC 12, Debug, ThreadSanitizer: builds everything and runs
 #               every test but the MPI ones (the tsan test preset excludes
 #               label mpi: Open MPI is not built with TSan, and under it
