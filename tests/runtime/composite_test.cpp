@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -211,6 +212,46 @@ TEST(CompositeGelu, EveryX86KernelTheCpuRunsMatchesTheDecomposition) {
         }
       }
     }
+#else
+  GTEST_SKIP() << "no x86-64 kernels in this build";
+#endif
+}
+
+// The graph's bias adds (graph/ops.hpp: a row op a vector) on each x86 row
+// kernel the CPU can run: +, -, *, / are correctly rounded per element, so
+// the kernels give the scalar loop's bits, tails and non-finite lanes included.
+TEST(CompositeBiasRows, EveryX86KernelTheCpuRunsGivesTheScalarBits) {
+#if XSHARD_X86_KERNELS
+  const xshard::simd_isa cpu = xshard::detail::cpu_isa();
+  if (cpu == xshard::simd_isa::generic) GTEST_SKIP() << "the CPU has neither AVX2 nor AVX-512";
+  unsigned seed = 1200;
+  for (std::size_t n : odd_sizes) {
+    auto x = random_tensor<float>(std::array<std::size_t, 1>{n}, 3.0, seed++);
+    auto b = random_tensor<float>(std::array<std::size_t, 1>{n}, 2.0, seed++);
+    if (n >= 3) {
+      x(0) = std::numeric_limits<float>::infinity();
+      b(n - 1) = 0.0f;  // x / 0 in the tail
+      x(n / 2) = std::numeric_limits<float>::quiet_NaN();
+    }
+    for (int op = 0; op < 4; ++op) {
+      std::vector<float> want(n);
+      for (std::size_t j = 0; j < n; ++j)
+        want[j] = op == 0 ? x(j) + b(j) : op == 1 ? x(j) - b(j) : op == 2 ? x(j) * b(j) : x(j) / b(j);
+      for (xshard::simd_isa isa : {xshard::simd_isa::avx2, xshard::simd_isa::avx512}) {
+        if (static_cast<int>(isa) > static_cast<int>(cpu)) continue;
+        std::vector<float> got(n + 1, -7.0f);  // one past the row: must stay untouched
+        if (isa == xshard::simd_isa::avx512)
+          xshard::detail::x86::avx512::binary_row(op, x.data(), b.data(), got.data(), n);
+        else
+          xshard::detail::x86::avx2::binary_row(op, x.data(), b.data(), got.data(), n);
+        for (std::size_t j = 0; j < n; ++j)
+          EXPECT_TRUE(std::memcmp(&got[j], &want[j], sizeof(float)) == 0 || (std::isnan(got[j]) && std::isnan(want[j])))
+              << "op " << op << " isa " << static_cast<int>(isa) << " n=" << n << " at " << j << ": " << got[j]
+              << " vs " << want[j];
+        EXPECT_EQ(got[n], -7.0f) << "op " << op << " n=" << n << ": wrote past the row";
+      }
+    }
+  }
 #else
   GTEST_SKIP() << "no x86-64 kernels in this build";
 #endif

@@ -37,11 +37,13 @@
 #include <xtensor/xtensor.hpp>
 
 #include "../core/error.hpp"
+#include "../core/isa.hpp"  // active_isa: the bias rows' kernel
 #include "../core/static_vector.hpp"
 #include "../core/tensor_traits.hpp"
 #include "../core/text.hpp"
 #include "../einsum/einsum.hpp"
 #include "../einsum/grad.hpp"
+#include "../ops/arch/x86.hpp"           // binary_row: bias rows on AVX-512 / AVX2
 #include "../ops/composite_support.hpp"  // rows_per_grain: bias rows split over the pool
 #include "../ops/gelu.hpp"
 #include "../ops/layer_norm.hpp"
@@ -139,7 +141,22 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
     // whatever the split).
     const std::size_t n = out.size(), rows = n ? gc.size() / n : 0;
     T* const o = out.data();
+    [[maybe_unused]] const simd_isa isa = active_isa();
     parallel_ranges(n, ::xshard::detail::rows_per_grain(rows), [&](std::size_t j0, std::size_t j1) {
+#if XSHARD_X86_KERNELS
+      if constexpr (std::is_same_v<T, float>) {  // the same sums in the same order, on wider vectors
+        if (isa != simd_isa::generic) {
+          for (std::size_t r = 0; r < rows; ++r) {
+            const T* const row = gc.data() + r * n + j0;
+            if (isa == simd_isa::avx512)
+              ::xshard::detail::x86::avx512::binary_row(0, o + j0, row, o + j0, j1 - j0);
+            else
+              ::xshard::detail::x86::avx2::binary_row(0, o + j0, row, o + j0, j1 - j0);
+          }
+          return;
+        }
+      }
+#endif
       for (std::size_t r = 0; r < rows; ++r) {
         const T* const row = gc.data() + r * n;
         for (std::size_t j = j0; j < j1; ++j) o[j] += row[j];
@@ -187,6 +204,25 @@ void check_broadcast(const SA& a, const SB& b, std::string_view op) {
 template <binary B, class T, class V>
 void bias_rows(T* out, const T* a, const V& b, std::size_t rows, std::size_t n) {
   const auto run = [&](const T* bp) {
+#if XSHARD_X86_KERNELS
+    // Floats on the CPU's widest vectors (ops/arch/x86.hpp): the same
+    // correctly rounded operation per element, so the same bits.
+    if constexpr (std::is_same_v<T, float>) {
+      const simd_isa isa = active_isa();
+      if (isa != simd_isa::generic) {
+        constexpr int op = B == binary::add ? 0 : B == binary::sub ? 1 : B == binary::mul ? 2 : 3;
+        parallel_ranges(rows, ::xshard::detail::rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
+          for (std::size_t i = r0; i < r1; ++i) {
+            if (isa == simd_isa::avx512)
+              ::xshard::detail::x86::avx512::binary_row(op, a + i * n, bp, out + i * n, n);
+            else
+              ::xshard::detail::x86::avx2::binary_row(op, a + i * n, bp, out + i * n, n);
+          }
+        });
+        return;
+      }
+    }
+#endif
     parallel_ranges(rows, ::xshard::detail::rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
       for (std::size_t i = r0; i < r1; ++i) {
         T* const o = out + i * n;

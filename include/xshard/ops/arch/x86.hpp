@@ -4,9 +4,9 @@
 // ops/softmax.hpp, ops/rms_norm.hpp and ops/layer_norm.hpp pick one by
 // active_isa()): gelu and gelu_backward (erf form), softmax and
 // softmax_backward of contiguous rows, rms_norm, layer_norm and their
-// backwards of contiguous rows. xsimd 8.1 defines its wide
-// batches only when the TU itself is compiled for them, hence intrinsics
-// here.
+// backwards of contiguous rows, and the graph's bias adds (a row op a
+// vector, graph/ops.hpp). xsimd 8.1 defines its wide batches only when the
+// TU itself is compiled for them, hence intrinsics here.
 //
 // The math is the portable kernel's (ops/gelu.hpp, erf_and_gauss): xsimd
 // 8.1's float erf polynomials (erf1 below |u| = 2/3, 1 - exp(-u^2) erfc2
@@ -309,6 +309,29 @@ struct avx2_f32 {
       store_first(                                                                                                    \
           dx + full, r,                                                                                               \
           O::mul(s, O::sub(load_padded(g + full, r, 0.0f), O::mul(O::mul(load_padded(x + full, r, 0.0f), s), b))));   \
+  }                                                                                                                   \
+  /* out[j] = x[j] op b[j], j < n, op 0: +, 1: -, 2: *, 3: / (bias adds, bias gradients' sums; out may be x) */       \
+  TARGET inline void binary_row(int op, const float* x, const float* b, float* out, std::size_t n) {                  \
+    using O = OPS;                                                                                                    \
+    const std::size_t full = n - n % O::lanes, r = n - full;                                                          \
+    switch (op) {                                                                                                     \
+      case 0:                                                                                                         \
+        for (std::size_t j = 0; j < full; j += O::lanes) O::store(out + j, O::add(O::load(x + j), O::load(b + j)));   \
+        if (r) store_first(out + full, r, O::add(load_padded(x + full, r, 0.0f), load_padded(b + full, r, 0.0f)));    \
+        break;                                                                                                        \
+      case 1:                                                                                                         \
+        for (std::size_t j = 0; j < full; j += O::lanes) O::store(out + j, O::sub(O::load(x + j), O::load(b + j)));   \
+        if (r) store_first(out + full, r, O::sub(load_padded(x + full, r, 0.0f), load_padded(b + full, r, 0.0f)));    \
+        break;                                                                                                        \
+      case 2:                                                                                                         \
+        for (std::size_t j = 0; j < full; j += O::lanes) O::store(out + j, O::mul(O::load(x + j), O::load(b + j)));   \
+        if (r) store_first(out + full, r, O::mul(load_padded(x + full, r, 0.0f), load_padded(b + full, r, 0.0f)));    \
+        break;                                                                                                        \
+      default:                                                                                                        \
+        for (std::size_t j = 0; j < full; j += O::lanes) O::store(out + j, O::div(O::load(x + j), O::load(b + j)));   \
+        if (r) store_first(out + full, r, O::div(load_padded(x + full, r, 0.0f), load_padded(b + full, r, 1.0f)));    \
+        break;                                                                                                        \
+    }                                                                                                                 \
   }                                                                                                                   \
   /* layer_norm of one contiguous row of n floats in three passes (sum; squared deviations; write):          */       \
   /* y = (x - mean) rstd (* w) (+ b), w and b optional (null); *mean_out, *rstd_out = 1 / sqrt(var + eps). */         \
