@@ -4,9 +4,10 @@
 // ops/softmax.hpp, ops/rms_norm.hpp and ops/layer_norm.hpp pick one by
 // active_isa()): gelu and gelu_backward (erf form), softmax and
 // softmax_backward of contiguous rows, rms_norm, layer_norm and their
-// backwards of contiguous rows, and the graph's bias adds (a row op a
-// vector, graph/ops.hpp). xsimd 8.1 defines its wide batches only when the
-// TU itself is compiled for them, hence intrinsics here.
+// backwards of contiguous rows, and the graph's bias adds and bias
+// gradients' row sums (graph/ops.hpp: a row op a vector). xsimd 8.1 defines
+// its wide batches only when the TU itself is compiled for them, hence
+// intrinsics here.
 //
 // The math is the portable kernel's (ops/gelu.hpp, erf_and_gauss): xsimd
 // 8.1's float erf polynomials (erf1 below |u| = 2/3, 1 - exp(-u^2) erfc2
