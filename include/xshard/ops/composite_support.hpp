@@ -46,7 +46,8 @@ inline auto keep_dims_now() { return xt::keep_dims | xt::evaluation_strategy::im
 ///   const auto scope = detail::composite_trace(composite_id::gelu, mode);
 /// With tracing off this costs trace_me's one branch (the two arg views are
 /// built from constants on the stack, nothing is read or allocated).
-[[nodiscard]] inline trace_me composite_trace(composite_id id, composite_mode mode) noexcept {
+template <class = void>  // instantiated only where a composite runs
+[[nodiscard]] trace_me composite_trace(composite_id id, composite_mode mode) noexcept {
   const composite_descriptor& d = descriptor(id);
   return trace_me(d.name, {{"mode", to_string(mode)}, {"version", d.version}});
 }

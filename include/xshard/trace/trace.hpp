@@ -111,6 +111,7 @@ class trace_arg_view {
                                                                                        const T& value) noexcept
       : key_(key), value_(convert(value)) {}
 
+  template <class = void>  // a template: a TU that never traces instantiates none of this
   trace_arg to_arg() const {
     // A switch on the index rather than std::visit: the same result, and
     // much less for every including TU to instantiate.
@@ -191,15 +192,23 @@ struct trace_thread_state {
   std::size_t depth = 0;
 };
 
-inline trace_thread_state& trace_local() {
+template <class = void>
+trace_thread_state& trace_local() {
   static thread_local trace_thread_state state;
   return state;
 }
 
-inline std::shared_ptr<trace_buffer>& trace_local_buffer();
-inline void trace_write_at_exit() noexcept;
-inline void trace_register_exit_writer();
-inline bool trace_to_file_at_exit(const char* path);
+// The run-time parts are templates (of a defaulted, unused parameter): a
+// translation unit that includes this header but never traces instantiates
+// none of them (issue: compile time is a feature).
+template <class = void>
+std::shared_ptr<trace_buffer>& trace_local_buffer();
+template <class = void>
+void trace_write_at_exit() noexcept;
+template <class = void>
+void trace_register_exit_writer();
+template <class = void>
+bool trace_to_file_at_exit(const char* path);
 
 // JSON text -----------------------------------------------------------------
 
@@ -231,7 +240,8 @@ constexpr std::size_t utf8_sequence_length(std::string_view s, std::size_t i) no
 
 /// Appends s as a JSON string: quotes, backslashes and control characters
 /// escaped; valid UTF-8 kept; each byte of invalid UTF-8 becomes U+FFFD.
-inline void append_json_string(std::string& out, std::string_view s) {
+template <class = void>
+void append_json_string(std::string& out, std::string_view s) {
   static constexpr char hex[] = "0123456789abcdef";
   out += '"';
   for (std::size_t i = 0; i < s.size();) {
@@ -283,14 +293,16 @@ inline void append_json_string(std::string& out, std::string_view s) {
   out += '"';
 }
 
-inline void append_int(std::string& out, std::int64_t v) {
+template <class = void>
+void append_int(std::string& out, std::int64_t v) {
   char buf[24];
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   out.append(buf, r.ptr);
 }
 
 /// Nanoseconds as microseconds with exactly three decimals: 1234567 -> "1234.567".
-inline void append_us(std::string& out, std::int64_t ns) {
+template <class = void>
+void append_us(std::string& out, std::int64_t ns) {
   std::uint64_t u = ns < 0 ? 0 - static_cast<std::uint64_t>(ns) : static_cast<std::uint64_t>(ns);
   if (ns < 0) out += '-';
   char buf[24];
@@ -305,7 +317,8 @@ inline void append_us(std::string& out, std::int64_t ns) {
 
 /// A JSON value; non-finite doubles (not JSON numbers) become the strings
 /// "NaN", "Infinity", "-Infinity".
-inline void append_json_value(std::string& out, const trace_value& value) {
+template <class = void>
+void append_json_value(std::string& out, const trace_value& value) {
   if (const bool* b = std::get_if<bool>(&value)) {
     out += *b ? "true" : "false";
   } else if (const std::int64_t* i = std::get_if<std::int64_t>(&value)) {
@@ -330,17 +343,20 @@ inline void append_json_value(std::string& out, const trace_value& value) {
 
 }  // namespace detail
 
-/// The process-wide collector. All members are thread-safe.
-class tracer {
+/// The process-wide collector, `tracer` (basic_tracer<>: a template only so
+/// that a TU that never traces instantiates none of it). All members are
+/// thread-safe.
+template <class Unused = void>
+class basic_tracer {
  public:
   /// The one collector (created on first use, never destroyed).
-  static tracer& instance() {
-    static tracer* const the = new tracer();  // immortal: threads may trace during static destruction
+  static basic_tracer& instance() {
+    static basic_tracer* const the = new basic_tracer();  // immortal: threads may trace during static destruction
     return *the;
   }
 
-  tracer(const tracer&) = delete;
-  tracer& operator=(const tracer&) = delete;
+  basic_tracer(const basic_tracer&) = delete;
+  basic_tracer& operator=(const basic_tracer&) = delete;
 
   /// Scopes opened from now on are recorded.
   void start() noexcept { detail::trace_mode.store(detail::trace_on, std::memory_order_relaxed); }
@@ -458,8 +474,11 @@ class tracer {
   }
 
  private:
+  template <class>
   friend std::shared_ptr<detail::trace_buffer>& detail::trace_local_buffer();
+  template <class>
   friend void detail::trace_write_at_exit() noexcept;
+  template <class>
   friend bool detail::trace_to_file_at_exit(const char* path);
 
   struct trace_snapshot {
@@ -469,7 +488,7 @@ class tracer {
 
   /// Reads XSHARD_TRACE (see the top of this file): tracing starts with the
   /// tracer when it names a file; otherwise the mode leaves trace_unread.
-  tracer() : epoch_ns_(detail::trace_now_ns()) {
+  basic_tracer() : epoch_ns_(detail::trace_now_ns()) {
     const char* path = std::getenv("XSHARD_TRACE");
     if (path != nullptr && *path != '\0') {
       write_at_exit(path);
@@ -539,10 +558,13 @@ class tracer {
   std::string exit_path_;  // XSHARD_TRACE
 };
 
+using tracer = basic_tracer<>;
+
 namespace detail {
 
 /// The calling thread's buffer, registered with the collector on first use.
-inline std::shared_ptr<trace_buffer>& trace_local_buffer() {
+template <class>
+std::shared_ptr<trace_buffer>& trace_local_buffer() {
   trace_thread_state& state = trace_local();
   if (!state.buffer) state.buffer = tracer::instance().register_thread();
   return state.buffer;
@@ -551,7 +573,8 @@ inline std::shared_ptr<trace_buffer>& trace_local_buffer() {
 }  // namespace detail
 
 /// Names the calling thread in the trace ("thread <tid>" otherwise).
-inline void set_trace_thread_name(std::string_view name) {
+template <class = void>
+void set_trace_thread_name(std::string_view name) {
   const std::shared_ptr<detail::trace_buffer>& buffer = detail::trace_local_buffer();
   std::lock_guard lock(buffer->mu);
   buffer->thread_name.assign(name);
@@ -578,27 +601,28 @@ class trace_device_scope {
 /// temporary would close at once (the constructor is [[nodiscard]]).
 /// Not copyable or movable. Never throws (if recording fails for lack of
 /// memory, the event is silently dropped).
-class trace_me {
+template <class Unused = void>
+class basic_trace_me {
  public:
-  [[nodiscard]] explicit trace_me(std::string_view name) noexcept {
+  [[nodiscard]] explicit basic_trace_me(std::string_view name) noexcept {
     if (detail::trace_mode.load(std::memory_order_relaxed) != detail::trace_off) [[unlikely]]
       begin(name, {});
   }
   /// With args: `xshard::trace_me t("scan/iter", {{"i", i}, {"mode", "fast"}});`
-  [[nodiscard]] trace_me(std::string_view name, std::initializer_list<trace_arg_view> args) noexcept {
+  [[nodiscard]] basic_trace_me(std::string_view name, std::initializer_list<trace_arg_view> args) noexcept {
     if (detail::trace_mode.load(std::memory_order_relaxed) != detail::trace_off) [[unlikely]]
       begin(name, args);
   }
-  ~trace_me() {
+  ~basic_trace_me() {
     if (slot_ >= 0) [[unlikely]]
       end();
   }
-  trace_me(const trace_me&) = delete;
-  trace_me& operator=(const trace_me&) = delete;
+  basic_trace_me(const basic_trace_me&) = delete;
+  basic_trace_me& operator=(const basic_trace_me&) = delete;
 
   /// Adds an arg to the open event (nothing when this scope is not recording).
   template <class T>
-  trace_me& arg(std::string_view key, const T& value) noexcept {
+  basic_trace_me& arg(std::string_view key, const T& value) noexcept {
     if (slot_ >= 0) [[unlikely]]
       add(trace_arg_view(key, value));
     return *this;
@@ -657,12 +681,17 @@ class trace_me {
   std::ptrdiff_t slot_ = -1;  // index in the thread's open scopes, -1 when not recording
 };
 
+/// A trace scope (basic_trace_me<>: a template only so that a TU that never
+/// traces instantiates none of it).
+using trace_me = basic_trace_me<>;
+
 // XSHARD_TRACE ------------------------------------------------------------------
 
 namespace detail {
 
 /// The atexit handler of XSHARD_TRACE: stop and write the file.
-inline void trace_write_at_exit() noexcept {
+template <class>
+void trace_write_at_exit() noexcept {
   tracer& t = tracer::instance();
   t.stop();
   std::string path;
@@ -680,14 +709,16 @@ inline void trace_write_at_exit() noexcept {
 /// Starts tracing and arranges for the trace to be written to `path` at exit
 /// (what XSHARD_TRACE=path does at start-up). A null or empty path does nothing.
 /// Returns whether tracing was started.
-inline bool trace_to_file_at_exit(const char* path) {
+template <class>
+bool trace_to_file_at_exit(const char* path) {
   if (path == nullptr || *path == '\0') return false;
   tracer::instance().write_at_exit(path);
   return true;
 }
 
 /// Registers trace_write_at_exit with std::atexit, once per process.
-inline void trace_register_exit_writer() {
+template <class>
+void trace_register_exit_writer() {
   static std::atomic<bool> registered{false};
   if (!registered.exchange(true)) std::atexit(+[] { trace_write_at_exit(); });
 }
