@@ -37,6 +37,7 @@
 
 #include <array>
 #include <atomic>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>  // std::getenv
@@ -155,16 +156,20 @@ constexpr std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
 }
-inline std::string known_composites_text() {
+// The run-time parts below are templates of an unused parameter: a TU that
+// never reads or sets the policy instantiates none of them.
+template <class = void>
+std::string known_composites_text() {
   std::string t;
   for (const auto& d : composite_registry) t += std::string(d.op) + ", ";
   return t + "all";
 }
-[[noreturn]] inline void composite_policy_error(std::string_view source, const std::string& what) {
+template <class = void>
+[[noreturn]] void composite_policy_error(std::string_view source, const std::string& what) {
   throw error("xshard: " + std::string(source) + ": " + what);
 }
-inline std::vector<composite_id> resolve_composite_op(std::string_view op, std::string_view source,
-                                                      std::string_view context) {
+template <class = void>
+std::vector<composite_id> resolve_composite_op(std::string_view op, std::string_view source, std::string_view context) {
   if (op == "all") {
     std::vector<composite_id> all;
     for (const auto& d : composite_registry) all.push_back(d.id);
@@ -182,8 +187,9 @@ inline std::vector<composite_id> resolve_composite_op(std::string_view op, std::
 ///   parse_composite_policy("gelu:kernel, softmax:decompose")
 /// Throws xshard::error naming the entry, op or mode that is wrong; `source`
 /// prefixes the message (the variable's name by default).
-inline std::vector<composite_setting> parse_composite_policy(std::string_view text,
-                                                             std::string_view source = composite_environment_variable) {
+template <class = void>
+std::vector<composite_setting> parse_composite_policy(std::string_view text,
+                                                      std::string_view source = composite_environment_variable) {
   std::vector<composite_setting> out;
   while (true) {
     const std::size_t comma = text.find(',');
@@ -218,18 +224,19 @@ inline constexpr int unset_mode = -1;
 /// Modes read from the environment, once (-1: not set there).
 struct composite_environment {
   std::array<int, composite_count> mode{};
-  composite_environment() {
-    mode.fill(unset_mode);
-    const char* text = std::getenv(composite_environment_variable.data());
-    if (!text) return;
-    for (const auto& s : parse_composite_policy(text))
-      for (composite_id id : s.ids) mode[static_cast<std::size_t>(id)] = static_cast<int>(s.mode);
-  }
 };
-inline const composite_environment& environment_modes() {
-  // If the text is bad the constructor throws, the static stays
+template <class = void>
+const composite_environment& environment_modes() {
+  // If the text is bad the initialiser throws, the static stays
   // uninitialised and every later call reports the same error.
-  static const composite_environment env;
+  static const composite_environment env = [] {
+    composite_environment e;
+    e.mode.fill(unset_mode);
+    if (const char* text = std::getenv(composite_environment_variable.data()))
+      for (const auto& s : parse_composite_policy(text))
+        for (composite_id id : s.ids) e.mode[static_cast<std::size_t>(id)] = static_cast<int>(s.mode);
+    return e;
+  }();
   return env;
 }
 
@@ -242,8 +249,11 @@ inline std::array<std::atomic<int>, composite_count>& code_modes() {
 }
 }  // namespace detail
 
-/// The policy: which of decomposition and kernel each composite runs.
-struct composite_policy {
+/// The policy: which of decomposition and kernel each composite runs
+/// (`composite_policy`: a template only so that a TU that never asks
+/// instantiates none of it).
+template <class Unused = void>
+struct basic_composite_policy {
   /// The mode `id` runs now (code, else environment, else default).
   static composite_mode get(composite_id id) { return resolve(id).first; }
   static composite_mode get(std::string_view op) { return get(one(op)); }
@@ -270,7 +280,6 @@ struct composite_policy {
   static void reset() { reset("all"); }
 
  private:
-  friend class scoped_composite_mode;
   static composite_id one(std::string_view op) {
     if (op == "all") detail::composite_policy_error("composite_policy::get", "'all' names more than one composite");
     return detail::resolve_composite_op(op, "composite_policy::get", {}).front();
@@ -284,21 +293,23 @@ struct composite_policy {
     return {default_composite_mode, composite_source::default_};
   }
 };
+using composite_policy = basic_composite_policy<>;
 
 /// Sets `op` (or "all") to `mode` for the lifetime of this object, then
-/// restores what was set in code before.
-class scoped_composite_mode {
+/// restores what was set in code before (`scoped_composite_mode`).
+template <class Unused = void>
+class basic_scoped_composite_mode {
  public:
-  scoped_composite_mode(std::string_view op, composite_mode mode)
+  basic_scoped_composite_mode(std::string_view op, composite_mode mode)
       : ids_(detail::resolve_composite_op(op, "scoped_composite_mode", {})) {
     for (composite_id id : ids_) {
       saved_.push_back(detail::code_modes()[static_cast<std::size_t>(id)].load(std::memory_order_relaxed));
       composite_policy::set(id, mode);
     }
   }
-  scoped_composite_mode(const scoped_composite_mode&) = delete;
-  scoped_composite_mode& operator=(const scoped_composite_mode&) = delete;
-  ~scoped_composite_mode() {
+  basic_scoped_composite_mode(const basic_scoped_composite_mode&) = delete;
+  basic_scoped_composite_mode& operator=(const basic_scoped_composite_mode&) = delete;
+  ~basic_scoped_composite_mode() {
     for (std::size_t k = 0; k < ids_.size(); ++k)
       detail::code_modes()[static_cast<std::size_t>(ids_[k])].store(saved_[k], std::memory_order_relaxed);
   }
@@ -307,6 +318,7 @@ class scoped_composite_mode {
   std::vector<composite_id> ids_;
   std::vector<int> saved_;
 };
+using scoped_composite_mode = basic_scoped_composite_mode<>;
 
 /// A registry entry with the mode it runs now.
 struct composite_info {
@@ -318,7 +330,8 @@ struct composite_info {
   composite_source source;
 };
 
-inline std::ostream& operator<<(std::ostream& os, const composite_info& c) {
+template <std::same_as<composite_info> Info>  // a template: instantiated only where printed
+std::ostream& operator<<(std::ostream& os, const Info& c) {
   os << c.name << " v" << c.version << " {";
   bool first = true;
   for (const auto& a : c.attributes) {
@@ -330,14 +343,16 @@ inline std::ostream& operator<<(std::ostream& os, const composite_info& c) {
 }
 
 /// Every composite, in registry order, with its current mode.
-inline std::vector<composite_info> composites() {
+template <class = void>
+std::vector<composite_info> composites() {
   std::vector<composite_info> out;
   for (const auto& d : composite_registry)
     out.push_back({d.name, d.op, d.version, d.attributes, composite_policy::get(d.id), composite_policy::source(d.id)});
   return out;
 }
 
-inline std::ostream& operator<<(std::ostream& os, const std::vector<composite_info>& list) {
+template <std::same_as<composite_info> Info>
+std::ostream& operator<<(std::ostream& os, const std::vector<Info>& list) {
   for (const auto& c : list) os << c << '\n';
   return os;
 }
