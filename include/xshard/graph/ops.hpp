@@ -146,13 +146,8 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
 #if XSHARD_X86_KERNELS
       if constexpr (std::is_same_v<T, float>) {  // the same sums in the same order, on wider vectors
         if (isa != simd_isa::generic) {
-          for (std::size_t r = 0; r < rows; ++r) {
-            const T* const row = gc.data() + r * n + j0;
-            if (isa == simd_isa::avx512)
-              ::xshard::detail::x86::avx512::binary_row(0, o + j0, row, o + j0, j1 - j0);
-            else
-              ::xshard::detail::x86::avx2::binary_row(0, o + j0, row, o + j0, j1 - j0);
-          }
+          for (std::size_t r = 0; r < rows; ++r)
+            ::xshard::detail::x86::binary_row(isa, 0, o + j0, gc.data() + r * n + j0, o + j0, j1 - j0);
           return;
         }
       }
@@ -212,12 +207,8 @@ void bias_rows(T* out, const T* a, const V& b, std::size_t rows, std::size_t n) 
       if (isa != simd_isa::generic) {
         constexpr int op = B == binary::add ? 0 : B == binary::sub ? 1 : B == binary::mul ? 2 : 3;
         parallel_ranges(rows, ::xshard::detail::rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
-          for (std::size_t i = r0; i < r1; ++i) {
-            if (isa == simd_isa::avx512)
-              ::xshard::detail::x86::avx512::binary_row(op, a + i * n, bp, out + i * n, n);
-            else
-              ::xshard::detail::x86::avx2::binary_row(op, a + i * n, bp, out + i * n, n);
-          }
+          for (std::size_t i = r0; i < r1; ++i)
+            ::xshard::detail::x86::binary_row(isa, op, a + i * n, bp, out + i * n, n);
         });
         return;
       }

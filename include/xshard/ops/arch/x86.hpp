@@ -416,6 +416,15 @@ namespace avx2 {
 XSHARD_X86_KERNEL_BODIES(XSHARD_X86_AVX2, avx2_f32)
 }  // namespace avx2
 
+/// binary_row on `isa` (avx512 or avx2): the one dispatch of the graph's
+/// bias rows and bias-gradient sums.
+inline void binary_row(simd_isa isa, int op, const float* x, const float* b, float* out, std::size_t n) {
+  if (isa == simd_isa::avx512)
+    avx512::binary_row(op, x, b, out, n);
+  else
+    avx2::binary_row(op, x, b, out, n);
+}
+
 #undef XSHARD_X86_KERNEL_BODIES
 #undef XSHARD_X86_INLINE
 #undef XSHARD_X86_AVX2
