@@ -611,11 +611,7 @@ class optimizer {
                     "value type");
       if constexpr (PX::is_sharded)
         static_assert(
-            [] {
-              std::int64_t parts = 1;
-              for (const auto ax : X::resolved.dims[0]) parts *= X::mesh_shape[static_cast<std::size_t>(ax)];
-              return parts == 1;
-            }(),
+            dim_tiles(X::mesh_shape, X::resolved.dims[0]) == 1,
             "xshard: optimizer::layer_updates: a stacked parameter's layer dim (dim 0) is sharded: a device's block "
             "would not hold every layer");
       auto& p = std::get<k>(params);
