@@ -124,15 +124,9 @@ void layer_norm_kernel(const T* x, T* y, T* mean_out, T* rstd_out, std::size_t r
   parallel_ranges(rows, rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
 #if XSHARD_X86_KERNELS
     if constexpr (std::is_same_v<T, float>) {  // the CPU's widest vectors (ops/arch/x86.hpp)
-      if (isa == simd_isa::avx512) {
+      if (isa != simd_isa::generic) {
         for (std::size_t row = r0; row < r1; ++row)
-          x86::avx512::layer_norm_row(x + row * n, y + row * n, n, p.weight, p.bias, eps, mean_out + row,
-                                      rstd_out + row);
-        return;
-      }
-      if (isa == simd_isa::avx2) {
-        for (std::size_t row = r0; row < r1; ++row)
-          x86::avx2::layer_norm_row(x + row * n, y + row * n, n, p.weight, p.bias, eps, mean_out + row, rstd_out + row);
+          x86::layer_norm_row(isa, x + row * n, y + row * n, n, p.weight, p.bias, eps, mean_out + row, rstd_out + row);
         return;
       }
     }
@@ -182,16 +176,10 @@ void layer_norm_backward_kernel(const T* g, const T* x, const T* mean, const T* 
 #if XSHARD_X86_KERNELS
   if constexpr (std::is_same_v<T, float>) {  // the CPU's widest vectors (ops/arch/x86.hpp)
     const simd_isa isa = row_isa(n);
-    if (isa == simd_isa::avx512) {
+    if (isa != simd_isa::generic) {
       for (std::size_t row = 0; row < rows; ++row)
-        x86::avx512::layer_norm_backward_row(g + row * n, x + row * n, mean[row], rstd[row], weight, dx + row * n, dw,
-                                             db, n);
-      return;
-    }
-    if (isa == simd_isa::avx2) {
-      for (std::size_t row = 0; row < rows; ++row)
-        x86::avx2::layer_norm_backward_row(g + row * n, x + row * n, mean[row], rstd[row], weight, dx + row * n, dw, db,
-                                           n);
+        x86::layer_norm_backward_row(isa, g + row * n, x + row * n, mean[row], rstd[row], weight, dx + row * n, dw, db,
+                                     n);
       return;
     }
   }

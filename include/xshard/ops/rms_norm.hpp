@@ -92,14 +92,9 @@ void rms_norm_kernel(const T* x, T* y, T* rstd_out, std::size_t rows, std::size_
   parallel_ranges(rows, rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
 #if XSHARD_X86_KERNELS
     if constexpr (std::is_same_v<T, float>) {  // the CPU's widest vectors (ops/arch/x86.hpp)
-      if (isa == simd_isa::avx512) {
+      if (isa != simd_isa::generic) {
         for (std::size_t row = r0; row < r1; ++row)
-          rstd_out[row] = x86::avx512::rms_norm_row(x + row * n, y + row * n, n, eps);
-        return;
-      }
-      if (isa == simd_isa::avx2) {
-        for (std::size_t row = r0; row < r1; ++row)
-          rstd_out[row] = x86::avx2::rms_norm_row(x + row * n, y + row * n, n, eps);
+          rstd_out[row] = x86::rms_norm_row(isa, x + row * n, y + row * n, n, eps);
         return;
       }
     }
@@ -135,14 +130,9 @@ void rms_norm_backward_kernel(const T* g, const T* x, const T* rstd, T* dx, std:
   parallel_ranges(rows, rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
 #if XSHARD_X86_KERNELS
     if constexpr (std::is_same_v<T, float>) {  // the CPU's widest vectors (ops/arch/x86.hpp)
-      if (isa == simd_isa::avx512) {
+      if (isa != simd_isa::generic) {
         for (std::size_t row = r0; row < r1; ++row)
-          x86::avx512::rms_norm_backward_row(g + row * n, x + row * n, rstd[row], dx + row * n, n);
-        return;
-      }
-      if (isa == simd_isa::avx2) {
-        for (std::size_t row = r0; row < r1; ++row)
-          x86::avx2::rms_norm_backward_row(g + row * n, x + row * n, rstd[row], dx + row * n, n);
+          x86::rms_norm_backward_row(isa, g + row * n, x + row * n, rstd[row], dx + row * n, n);
         return;
       }
     }

@@ -416,13 +416,36 @@ namespace avx2 {
 XSHARD_X86_KERNEL_BODIES(XSHARD_X86_AVX2, avx2_f32)
 }  // namespace avx2
 
-/// binary_row on `isa` (avx512 or avx2): the one dispatch of the graph's
-/// bias rows and bias-gradient sums.
+// The row kernels on `isa` (avx512, else avx2): the one dispatch of their
+// callers (ops/rms_norm.hpp, ops/layer_norm.hpp, graph/ops.hpp's bias rows).
 inline void binary_row(simd_isa isa, int op, const float* x, const float* b, float* out, std::size_t n) {
   if (isa == simd_isa::avx512)
     avx512::binary_row(op, x, b, out, n);
   else
     avx2::binary_row(op, x, b, out, n);
+}
+inline float rms_norm_row(simd_isa isa, const float* x, float* y, std::size_t n, float eps) {
+  return isa == simd_isa::avx512 ? avx512::rms_norm_row(x, y, n, eps) : avx2::rms_norm_row(x, y, n, eps);
+}
+inline void rms_norm_backward_row(simd_isa isa, const float* g, const float* x, float rstd, float* dx, std::size_t n) {
+  if (isa == simd_isa::avx512)
+    avx512::rms_norm_backward_row(g, x, rstd, dx, n);
+  else
+    avx2::rms_norm_backward_row(g, x, rstd, dx, n);
+}
+inline void layer_norm_row(simd_isa isa, const float* x, float* y, std::size_t n, const float* w, const float* b,
+                           float eps, float* mean_out, float* rstd_out) {
+  if (isa == simd_isa::avx512)
+    avx512::layer_norm_row(x, y, n, w, b, eps, mean_out, rstd_out);
+  else
+    avx2::layer_norm_row(x, y, n, w, b, eps, mean_out, rstd_out);
+}
+inline void layer_norm_backward_row(simd_isa isa, const float* g, const float* x, float mean, float rstd,
+                                    const float* w, float* dx, float* dw, float* db, std::size_t n) {
+  if (isa == simd_isa::avx512)
+    avx512::layer_norm_backward_row(g, x, mean, rstd, w, dx, dw, db, n);
+  else
+    avx2::layer_norm_backward_row(g, x, mean, rstd, w, dx, dw, db, n);
 }
 
 #undef XSHARD_X86_KERNEL_BODIES
