@@ -119,8 +119,16 @@ struct stacking<sharded<T, R, M, S>> {
   }
   static layer_type slice(const type& s, std::size_t l) {
     std::array<std::int64_t, R> g{};
-    for (std::size_t d = 0; d < R; ++d) g[d] = s.global_shape()[d + 1];
-    return layer_type(s.device(), g, xt::xtensor<T, R>(xt::view(s.local(), l)));
+    std::array<std::size_t, R> local_shape{};
+    for (std::size_t d = 0; d < R; ++d) {
+      g[d] = s.global_shape()[d + 1];
+      local_shape[d] = s.local().shape()[d + 1];
+    }
+    // Layer l is the l-th contiguous block of the row-major stack: one copy
+    // (xt::view's assignment walks it index by index).
+    auto block = xt::xtensor<T, R>::from_shape(local_shape);
+    std::copy_n(s.local().data() + l * block.size(), block.size(), block.data());
+    return layer_type(s.device(), g, std::move(block));
   }
   static layer_type view(const type& s, std::size_t l) { return slice(s, l); }  // a sharded tensor owns its block
   static type stack(const std::vector<const layer_type*>& layers) {

@@ -246,14 +246,24 @@ auto sharded_einsum_run(const X0& x0, const X&... xs) {
                     " broadcasts dim " + std::to_string(d) + " (extent 1) against a sharded extent " +
                     std::to_string(extent[l]) + "; replicate that dim");
     }
-  std::size_t i = 0;
-  auto block = [&](const auto& x) {
+  // Operand I's block as the contraction reads it: the device's own block
+  // when its plan moves nothing (no copy), else the plan's result.
+  auto block = [&]<std::size_t I>(std::integral_constant<std::size_t, I>, const auto& x) -> decltype(auto) {
     using D = std::remove_cvref_t<decltype(x)>;
-    return run_plan<T, D::rank>(dev, plan.operands[i++], mesh, x.global_shape(), x.local());
+    if constexpr (plan.operands[I].steps.empty())
+      return x.local();
+    else
+      return run_plan<T, D::rank>(dev, plan.operands[I], mesh, x.global_shape(), x.local());
   };
-  // Operand blocks in order (a braced list sequences the calls).
-  const std::tuple blocks{block(x0), block(xs)...};
-  xt::xtensor<T, n_out> local = std::apply([](const auto&... a) { return xshard::einsum<Eq>(a...); }, blocks);
+  xt::xtensor<T, n_out> local = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    // A braced list runs the operands' plans in order (their collectives
+    // are the plan's, in its order, on every device).
+    const auto operands = std::forward_as_tuple(x0, xs...);
+    const std::tuple<decltype(block(std::integral_constant<std::size_t, I>{}, std::get<I>(operands)))...> blocks{
+        block(std::integral_constant<std::size_t, I>{}, std::get<I>(operands))...};
+    return std::apply([](const auto&... a) { return xshard::einsum<Eq>(a...); }, blocks);
+  }
+  (std::make_index_sequence<1 + sizeof...(X)>{});
   std::array<std::int64_t, n_out> out_shape{};
   for (std::size_t d = 0; d < n_out; ++d) out_shape[d] = extent[b.output_labels[d]];
   xt::xtensor<T, n_out> result = run_plan<T, n_out>(dev, plan.output, mesh, out_shape, std::move(local));
