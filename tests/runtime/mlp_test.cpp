@@ -28,7 +28,8 @@ using Dense = xshard::mlp_block<T>;
 using mat = xt::xtensor<T, 2>;
 using vec = xt::xtensor<T, 1>;
 using M = xshard::mesh<"data=2, model=2">;
-using Sharded = xshard::mlp_block<T, xshard::data_model_mlp<M>>;
+using ML = xshard::data_model_mlp<M>;
+using Sharded = xshard::mlp_block<T, ML>;
 using xshard::collective_kind;
 constexpr xshard::axis_set data = 1, model = 2;
 
@@ -59,12 +60,14 @@ constexpr bool backward_axes_ok = [] {
   return k == 5;
 }();
 static_assert(backward_axes_ok);
-// scan_layers hands a plain stack's layers views of the stack (no copy);
-// a sharded tensor owns its block, so there it slices.
+// scan_layers hands the layers views of the stack (no copy): xt::xview of a
+// plain stack, sharded_view of a sharded one.
 static_assert(xshard::detail::takes_param_views<Dense>);
+static_assert(xshard::detail::takes_param_views<Sharded>);
 static_assert(std::is_same_v<
               decltype(xshard::detail::layer_args<Sharded>(std::declval<const xshard::stacked_params<Sharded>&>(), 0)),
-              Sharded::params>);
+              std::tuple<xshard::sharded_view<T, 2, M, ML::w_in>, xshard::sharded_view<T, 1, M, ML::b_in>,
+                         xshard::sharded_view<T, 2, M, ML::w_out>, xshard::sharded_view<T, 1, M, ML::b_out>>>);
 
 Dense::params random_params(std::size_t d, std::size_t f, unsigned seed) {
   xt::random::seed(seed);

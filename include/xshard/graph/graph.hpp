@@ -341,7 +341,7 @@ struct residual_store<list<N...>, Decl> {
 template <class CT, class C>
 CT as_type(C&& c) {
   using D = std::remove_cvref_t<C>;
-  if constexpr (std::is_same_v<D, CT> || !Sharded<CT>) {
+  if constexpr (std::is_same_v<D, CT> || std::is_same_v<owning_sharded_t<D>, CT> || !Sharded<CT>) {
     return CT(std::forward<C>(c));
   } else {
     static_assert(

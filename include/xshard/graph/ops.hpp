@@ -244,8 +244,8 @@ void bias_rows(T* out, const T* a, const V& b, std::size_t rows, std::size_t n) 
 /// when it is a temporary. The one path of plain and sharded bias adds (a
 /// sharded one passes its blocks).
 template <binary B, class A, class V>
-std::remove_cvref_t<A> bias_applied(A&& a, const V& b) {
-  using R = std::remove_cvref_t<A>;
+auto bias_applied(A&& a, const V& b) {
+  using R = xt::xtensor<typename std::remove_cvref_t<A>::value_type, tensor_rank_v<A>>;  // a view's: a fresh tensor
   const std::size_t n = a.shape()[a.dimension() - 1];
   const std::size_t rows = a.size() / std::max<std::size_t>(n, 1);
   if constexpr (std::is_lvalue_reference_v<A>) {
@@ -348,9 +348,8 @@ decltype(auto) with_layout_of(const V& v) {
   if constexpr (!Sharded<V> || std::is_same_v<std::remove_cvref_t<V>, std::remove_cvref_t<To>>) {
     return (v);
   } else {
-    using D = std::remove_cvref_t<To>;
-    auto block = v.local();
-    return D(v.device(), v.global_shape(), std::move(block));
+    using D = owning_sharded_t<To>;
+    return D(v.device(), v.global_shape(), xt::xtensor<typename D::value_type, D::rank>(v.local()));
   }
 }
 
@@ -504,7 +503,7 @@ template <binary B>
 struct rule<binary_op<B>> {
   template <class X, class Y>
   static auto eval(X&& a, Y&& b) {
-    using DA = std::remove_cvref_t<X>;
+    using DA = owning_sharded_t<X>;  // a view operand: a fresh block
     detail::check_sharded_binary<X, Y>();
     auto f = [](auto&& u, const auto& v) {
       if constexpr (B == binary::add)
@@ -524,12 +523,12 @@ struct rule<binary_op<B>> {
         if (b.local().size() == a.local().shape()[DA::rank - 1]) {
           const auto device = a.device();
           const auto global = a.global_shape();
-          if constexpr (std::is_lvalue_reference_v<X>)
+          if constexpr (std::is_lvalue_reference_v<X> || !std::is_same_v<DA, std::remove_cvref_t<X>>)
             return DA(device, global, detail::bias_applied<B>(a.local(), b.local()));
           else
             return DA(device, global, detail::bias_applied<B>(std::move(a.local()), b.local()));
         }
-        DA r = std::forward<X>(a);  // extents that do not match: xtensor's broadcast error
+        DA r(std::forward<X>(a));  // extents that do not match: xtensor's broadcast error
         if constexpr (B == binary::add)
           r.local() += b.local();
         else if constexpr (B == binary::sub)
@@ -1358,7 +1357,7 @@ struct rule<custom_op<Name, Sig, Kernel>> {
         const auto& dev = ak.device();
         dev.all_reduce(dev.device, std::span<T>(block.data(), block.size()), reduce_op::sum, partial);
       }
-      return AK(ak.device(), ak.global_shape(), std::move(block));
+      return owning_sharded_t<AK>(ak.device(), ak.global_shape(), std::move(block));
     } else {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
         return detail::plain_t<AK>(Kernel::template vjp<K>(g, *c.y, c.template operand<I>()...));

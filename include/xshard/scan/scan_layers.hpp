@@ -130,7 +130,18 @@ struct stacking<sharded<T, R, M, S>> {
     std::copy_n(s.local().data() + l * block.size(), block.size(), block.data());
     return layer_type(s.device(), g, std::move(block));
   }
-  static layer_type view(const type& s, std::size_t l) { return slice(s, l); }  // a sharded tensor owns its block
+  /// Layer l's block in place (no copy).
+  static sharded_view<T, R, M, S> view(const type& s, std::size_t l) {
+    std::array<std::int64_t, R> g{};
+    std::array<std::size_t, R> local_shape{};
+    std::size_t n = 1;
+    for (std::size_t d = 0; d < R; ++d) {
+      g[d] = s.global_shape()[d + 1];
+      local_shape[d] = s.local().shape()[d + 1];
+      n *= local_shape[d];
+    }
+    return sharded_view<T, R, M, S>(s.device(), g, s.local().data() + l * n, local_shape);
+  }
   static type stack(const std::vector<const layer_type*>& layers) {
     std::array<std::int64_t, R + 1> g{};
     g[0] = static_cast<std::int64_t>(layers.size());

@@ -150,6 +150,9 @@ void copy_box(const T* src, std::span<const std::int64_t> src_shape, const box& 
 
 }  // namespace detail
 
+template <class T, std::size_t R, Mesh M, Spec S>
+class sharded_view;
+
 /// A tensor sharded over mesh M by spec S (rank R), partial over the mesh
 /// axes in Partial. Lives inside an SPMD body.
 template <class T, std::size_t R, Mesh M, Spec S, axis_set Partial = 0>
@@ -176,6 +179,11 @@ class sharded {
                     std::to_string(global_[d]));
   }
 
+  /// A copy of a view's block (Partial is 0, as a view's).
+  template <axis_set P = Partial>
+  requires(P == 0) explicit sharded(const sharded_view<T, R, M, S>& v)
+      : dev_(v.device()), global_(v.global_shape()), local_(v.local()) {}
+
   /// This device's block.
   const xt::xtensor<T, R>& local() const { return local_; }
   xt::xtensor<T, R>& local() { return local_; }
@@ -192,12 +200,76 @@ class sharded {
   xt::xtensor<T, R> local_;
 };
 
+/// A read-only sharded tensor whose block lives in another tensor (layer l
+/// of a sharded stack, scan/scan_layers.hpp): the layout and interface of
+/// sharded<T, R, M, S>, no copy. Valid while that tensor lives and keeps
+/// its storage. `local()` is an xtensor adaptor over the block.
+template <class T, std::size_t R, Mesh M, Spec S>
+class sharded_view {
+  static_assert(detail::spec_rank_matches<S, R>());
+
+ public:
+  using value_type = T;
+  using mesh_type = M;
+  using spec_type = S;
+  using owning_type = sharded<T, R, M, S>;
+  // (xbuffer_adaptor over a const pointer does not compile; local() is
+  // only ever handed out const.)
+  using block_type = xt::xtensor_adaptor<xt::xbuffer_adaptor<T*, xt::no_ownership>, R>;
+  static constexpr std::size_t rank = R;
+  static constexpr axis_set partial_axes = 0;
+  static constexpr resolved_spec resolved = owning_type::resolved;
+  static constexpr sharded_layout layout = owning_type::layout;
+  static constexpr mesh_shape_t mesh_shape = owning_type::mesh_shape;
+
+  /// @pre `data` holds this device's block of extents `local_shape`, row-major.
+  sharded_view(device_ref<T> dev, std::array<std::int64_t, R> global_shape, const T* data,
+               std::array<std::size_t, R> local_shape)
+      : dev_(dev),
+        global_(global_shape),
+        local_(xt::xbuffer_adaptor<T*, xt::no_ownership>(const_cast<T*>(data), element_count(local_shape)),
+               local_shape) {}
+
+  const block_type& local() const { return local_; }
+  const std::array<std::int64_t, R>& global_shape() const { return global_; }
+  const device_ref<T>& device() const { return dev_; }
+  static_vector<shard_slice, max_spec_rank> slices() const {
+    return local_slices(mesh_shape, resolved, global_, dev_.position);
+  }
+
+ private:
+  static std::size_t element_count(const std::array<std::size_t, R>& shape) {
+    std::size_t n = 1;
+    for (std::size_t e : shape) n *= e;
+    return n;
+  }
+
+  device_ref<T> dev_;
+  std::array<std::int64_t, R> global_;
+  block_type local_;
+};
+
 template <class X>
 inline constexpr bool is_sharded_v = false;
 template <class T, std::size_t R, Mesh M, Spec S, axis_set P>
 inline constexpr bool is_sharded_v<sharded<T, R, M, S, P>> = true;
+template <class T, std::size_t R, Mesh M, Spec S>
+inline constexpr bool is_sharded_v<sharded_view<T, R, M, S>> = true;
 template <class X>
 concept Sharded = is_sharded_v<std::remove_cvref_t<X>>;
+
+/// The sharded tensor that holds its own block with X's layout: X itself,
+/// or a view's owning_type.
+template <class X>
+struct owning_sharded {
+  using type = X;
+};
+template <class T, std::size_t R, Mesh M, Spec S>
+struct owning_sharded<sharded_view<T, R, M, S>> {
+  using type = sharded<T, R, M, S>;
+};
+template <class X>
+using owning_sharded_t = typename owning_sharded<std::remove_cvref_t<X>>::type;
 
 namespace detail {
 
