@@ -152,8 +152,11 @@ class device_cases {
       if (dev.group_size(axes) != g_) fail(where_ + " group_size " + std::to_string(dev.group_size(axes)));
       if (dev.group_rank(axes) != rank_) fail(where_ + " group_rank " + std::to_string(dev.group_rank(axes)));
 
+      // 8219 elements are over 32 KiB for every type: thread_mesh copies
+      // inputs up to that size into its slots (one barrier) and reads
+      // larger ones in place (two), so both paths run.
       for (reduce_op op : {reduce_op::sum, reduce_op::max, reduce_op::min}) {
-        for (std::int64_t n : {37, 3, 0}) {
+        for (std::int64_t n : {37, 3, 0, 8219}) {
           all_reduce<int>(dev, op, n);
           all_reduce<float>(dev, op, n);
           all_reduce<double>(dev, op, n);
@@ -161,16 +164,20 @@ class device_cases {
         reduce_scatter<int>(dev, op, 5, false);
         reduce_scatter<float>(dev, op, 5, false);
         reduce_scatter<double>(dev, op, 5, true);
+        reduce_scatter<float>(dev, op, 8219, false);
       }
       all_gather<int>(dev, 5, false);
       all_gather<int>(dev, 5, true);
       all_gather<float>(dev, 1, false);
       all_gather<double>(dev, 5, false);
       all_gather<pod>(dev, 3, false);
+      all_gather<float>(dev, 8219, false);
+      all_gather<float>(dev, 8219, true);
       all_to_all<int>(dev, 3);
       all_to_all<float>(dev, 1);
       all_to_all<double>(dev, 3);
       all_to_all<pod>(dev, 2);
+      all_to_all<float>(dev, 8219);
       std::vector<rank_pair> shift, partial{{0, g_ - 1}};
       for (std::int64_t r = 0; r < g_; ++r) shift.push_back({r, (r + 1) % g_});
       permute<int>(dev, 7, shift);
@@ -178,6 +185,7 @@ class device_cases {
       permute<pod>(dev, 3, shift);
       permute<float>(dev, 7, partial);
       permute<int>(dev, 4, {});
+      permute<float>(dev, 8219, shift);
       dev.barrier(axes);
       if (g_ > 1) mismatches(dev);
     }
