@@ -12,12 +12,17 @@
 // Collectives (see collectives.hpp for what each computes) meet in a
 // rendezvous per group: every member posts its buffers and waits at the
 // group's barrier, checks that the group's calls agree (a mismatch is the same
-// xshard::error on every member), then reads its peers' buffers directly.
-// all_reduce is a reduce-scatter and all-gather in one pass over the
-// members' own buffers: rank r reduces chunk r of every member's buffer (in
-// rank order) and writes the result into chunk r of every member's buffer,
-// so the work and the memory traffic are split across the group's threads
-// and each buffer is read once and written once.
+// xshard::error on every member), then reads its peers' inputs. An input of
+// up to 32 KiB (staged_collective_bytes) is copied into the member's slot
+// before the barrier and read from there, so the collective returns without
+// a second barrier (latency: on more devices than cores every wait is a
+// switch). A larger one is read in place and the group meets again before
+// anyone returns; its all_reduce is a reduce-scatter and all-gather in one
+// pass over the members' own buffers: rank r reduces chunk r of every
+// member's buffer (in rank order) and writes the result into chunk r of
+// every member's buffer, so the work and the memory traffic are split across
+// the group's threads and each buffer is read once and written once. Both
+// reduce in rank order: the same bits either way.
 //
 // Failure: when a body throws on one device, the mesh is poisoned: a member
 // blocked in (or later entering) a collective whose group cannot complete
