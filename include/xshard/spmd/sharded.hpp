@@ -206,13 +206,11 @@ class sharded {
 /// its storage. `local()` is an xtensor adaptor over the block.
 template <class T, std::size_t R, Mesh M, Spec S>
 class sharded_view {
-  static_assert(detail::spec_rank_matches<S, R>());
-
  public:
+  using owning_type = sharded<T, R, M, S>;  // (checks S's rank against R)
   using value_type = T;
   using mesh_type = M;
   using spec_type = S;
-  using owning_type = sharded<T, R, M, S>;
   // (xbuffer_adaptor over a const pointer does not compile; local() is
   // only ever handed out const.)
   using block_type = xt::xtensor_adaptor<xt::xbuffer_adaptor<T*, xt::no_ownership>, R>;
