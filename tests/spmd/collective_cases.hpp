@@ -339,6 +339,18 @@ class device_cases {
                    [&] { dev.all_reduce(data, reduce_op::sum, axes_); });
       if (!first_group) expected.add(collective_kind::all_reduce, g_, bytes<int>(7));
     }
+    // The same with one side over thread_mesh's staging size and the other
+    // under it (one reads copies, the other reads in place and would meet
+    // twice): the same error, and no member waits for a second meeting.
+    {
+      std::vector<float> data = input<float>(pos_ == 0 ? 8219 : 5);
+      expect_error("size mismatch",
+                   first_group ? "xshard: all-reduce over " + where_ + ": device " + id1 + " has 5 elements, device " +
+                                     id0 + " has 8219"
+                               : std::string(),
+                   [&] { dev.all_reduce(data, reduce_op::sum, axes_); });
+      if (!first_group) expected.add(collective_kind::all_reduce, g_, bytes<float>(5));
+    }
     // A different collective: position 0 calls barrier, its peers all_gather.
     {
       const std::vector<double> in = input<double>(2);
