@@ -329,28 +329,22 @@ class device_cases {
       }
     };
 
-    // Sizes differ: position 0 (rank 0 of its group) passes one more element.
-    {
-      std::vector<int> data = input<int>(pos_ == 0 ? 8 : 7);
+    // Sizes differ: position 0 (rank 0 of its group) passes `first`
+    // elements, its peers `rest`; every member of that group gets the error.
+    auto size_mismatch = [&]<class T>(std::int64_t first, std::int64_t rest) {
+      std::vector<T> data = input<T>(pos_ == 0 ? first : rest);
       expect_error("size mismatch",
-                   first_group ? "xshard: all-reduce over " + where_ + ": device " + id1 + " has 7 elements, device " +
-                                     id0 + " has 8"
+                   first_group ? "xshard: all-reduce over " + where_ + ": device " + id1 + " has " +
+                                     std::to_string(rest) + " elements, device " + id0 + " has " + std::to_string(first)
                                : std::string(),
                    [&] { dev.all_reduce(data, reduce_op::sum, axes_); });
-      if (!first_group) expected.add(collective_kind::all_reduce, g_, bytes<int>(7));
-    }
-    // The same with one side over thread_mesh's staging size and the other
-    // under it (one reads copies, the other reads in place and would meet
-    // twice): the same error, and no member waits for a second meeting.
-    {
-      std::vector<float> data = input<float>(pos_ == 0 ? 8219 : 5);
-      expect_error("size mismatch",
-                   first_group ? "xshard: all-reduce over " + where_ + ": device " + id1 + " has 5 elements, device " +
-                                     id0 + " has 8219"
-                               : std::string(),
-                   [&] { dev.all_reduce(data, reduce_op::sum, axes_); });
-      if (!first_group) expected.add(collective_kind::all_reduce, g_, bytes<float>(5));
-    }
+      if (!first_group) expected.add(collective_kind::all_reduce, g_, bytes<T>(rest));
+    };
+    size_mismatch.template operator()<int>(8, 7);
+    // One side over thread_mesh's staging size and the other under it (one
+    // reads copies, the other reads in place and would meet twice): the same
+    // error, and no member waits for a second meeting.
+    size_mismatch.template operator()<float>(8219, 5);
     // A different collective: position 0 calls barrier, its peers all_gather.
     {
       const std::vector<double> in = input<double>(2);
