@@ -117,19 +117,8 @@ struct stacking<sharded<T, R, M, S>> {
   static std::vector<std::int64_t> shape_of_stack(const type& s) {
     return {s.global_shape().begin(), s.global_shape().end()};
   }
-  static layer_type slice(const type& s, std::size_t l) {
-    std::array<std::int64_t, R> g{};
-    std::array<std::size_t, R> local_shape{};
-    for (std::size_t d = 0; d < R; ++d) {
-      g[d] = s.global_shape()[d + 1];
-      local_shape[d] = s.local().shape()[d + 1];
-    }
-    // Layer l is the l-th contiguous block of the row-major stack: one copy
-    // (xt::view's assignment walks it index by index).
-    auto block = xt::xtensor<T, R>::from_shape(local_shape);
-    std::copy_n(s.local().data() + l * block.size(), block.size(), block.data());
-    return layer_type(s.device(), g, std::move(block));
-  }
+  /// Layer l's own copy: one contiguous copy of the view's block.
+  static layer_type slice(const type& s, std::size_t l) { return layer_type(view(s, l)); }
   /// Layer l's block in place (no copy).
   static sharded_view<T, R, M, S> view(const type& s, std::size_t l) {
     std::array<std::int64_t, R> g{};
