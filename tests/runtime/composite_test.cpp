@@ -131,6 +131,11 @@ TYPED_TEST(CompositeTyped, GeluKernelMatchesDecomposition) {
             xshard::gelu_backward(g, x, a, composite_mode::kernel),
             xshard::gelu_backward(g, x, a, composite_mode::decompose), elementwise_tol<T>,
             [&](std::size_t i) { return std::abs(double(g(i))); }, "gelu_backward " + what);
+        // From the forward's output (the kernel's, as a graph's backward holds it).
+        expect_close(
+            xshard::gelu_backward_from_output(g, x, xshard::gelu(x, a, composite_mode::kernel), a),
+            xshard::gelu_backward(g, x, a, composite_mode::decompose), elementwise_tol<T>,
+            [&](std::size_t i) { return std::abs(double(g(i))); }, "gelu_backward_from_output " + what);
       }
 }
 
@@ -157,6 +162,11 @@ TYPED_TEST(CompositeTyped, GeluNonFiniteValues) {
         xshard::gelu_backward(g, x, a, composite_mode::decompose), elementwise_tol<T>, [](std::size_t) { return 1.0; },
         "gelu_backward non-finite");
     EXPECT_TRUE(std::isnan(xshard::gelu_backward(g, x, a, composite_mode::kernel)(0)));
+    const auto o = xshard::gelu_backward_from_output(g, x, k, a);
+    expect_close(
+        o, xshard::gelu_backward(g, x, a, composite_mode::decompose), elementwise_tol<T>,
+        [](std::size_t) { return 1.0; }, "gelu_backward_from_output non-finite");
+    EXPECT_EQ(o(3), T(0.5));  // x = 0: y / x would be 0 / 0
   }
 }
 
@@ -180,9 +190,14 @@ TEST(CompositeGelu, EveryX86KernelTheCpuRunsMatchesTheDecomposition) {
       const auto dwant = xshard::gelu_backward(g, x, gelu_approximate::none, composite_mode::decompose);
       const std::string what = "n=" + std::to_string(n) + " magnitude=" + std::to_string(mag);
       xt::xtensor<float, 1> y512 = xt::zeros<float>({n}), d512 = xt::zeros<float>({n});
+      xt::xtensor<float, 1> o512 = xt::zeros<float>({n});  // gelu_backward_from_output
       if (cpu == xshard::simd_isa::avx512) {
         xshard::detail::x86::avx512::gelu(x.data(), y512.data(), n);
         xshard::detail::x86::avx512::gelu_backward(g.data(), x.data(), d512.data(), n);
+        xshard::detail::x86::avx512::gelu_backward_from_output(g.data(), x.data(), want.data(), o512.data(), n);
+        expect_close(
+            o512, dwant, elementwise_tol<float>, [&](std::size_t i) { return std::abs(double(g(i))); },
+            "avx512 gelu_backward_from_output " + what);
         expect_close(
             y512, want, elementwise_tol<float>, [&](std::size_t i) { return std::abs(double(x(i))); },
             "avx512 gelu " + what);
@@ -191,9 +206,13 @@ TEST(CompositeGelu, EveryX86KernelTheCpuRunsMatchesTheDecomposition) {
             "avx512 gelu_backward " + what);
       }
       if (cpu != xshard::simd_isa::generic) {
-        xt::xtensor<float, 1> y = xt::zeros<float>({n}), d = xt::zeros<float>({n});
+        xt::xtensor<float, 1> y = xt::zeros<float>({n}), d = xt::zeros<float>({n}), o = xt::zeros<float>({n});
         xshard::detail::x86::avx2::gelu(x.data(), y.data(), n);
         xshard::detail::x86::avx2::gelu_backward(g.data(), x.data(), d.data(), n);
+        xshard::detail::x86::avx2::gelu_backward_from_output(g.data(), x.data(), want.data(), o.data(), n);
+        expect_close(
+            o, dwant, elementwise_tol<float>, [&](std::size_t i) { return std::abs(double(g(i))); },
+            "avx2 gelu_backward_from_output " + what);
         expect_close(
             y, want, elementwise_tol<float>, [&](std::size_t i) { return std::abs(double(x(i))); },
             "avx2 gelu " + what);
@@ -207,6 +226,9 @@ TEST(CompositeGelu, EveryX86KernelTheCpuRunsMatchesTheDecomposition) {
             }
             if (!std::isnan(d(i))) {
               EXPECT_EQ(d(i), d512(i)) << what << " at " << i;
+            }
+            if (!std::isnan(o(i))) {
+              EXPECT_EQ(o(i), o512(i)) << what << " at " << i;
             }
           }
         }
@@ -305,6 +327,41 @@ TEST(CompositeGelu, AnyRankXarrayAndNonContiguousInput) {
   EXPECT_NEAR(xshard::gelu(s)(), 0.8413447460685429, 1e-15);
   // Mismatched grad.
   EXPECT_THROW((void)xshard::gelu_backward(xt::xtensor<float, 1>::from_shape({4}), x3), xshard::error);
+}
+
+// gelu_backward_from_output: hand-checked values (gelu'(x) = Phi(x) + x phi(x):
+// 1.0833154705876864 at 1, -0.08331547058768629 at -1, 1/2 at 0), inputs
+// so small that y = gelu(x) would lose bits below the normal range (1/2
+// exactly), the tanh form and the decomposition as gelu_backward, and a y of
+// the wrong shape named.
+TEST(CompositeGelu, BackwardFromTheOutput) {
+  const xt::xtensor<double, 1> x{1.0, -1.0, 0.0, 2.0, -3.0};
+  const xt::xtensor<double, 1> want{1.0833154705876864, -0.08331547058768629, 0.5, 1.085231801078197,
+                                    -0.011945647204183918},
+      g = xt::ones<double>({5});
+  const auto d = xshard::gelu_backward_from_output(g, x, xshard::gelu(x));
+  const xt::xtensor<float, 1> xf = xt::cast<float>(x), gf = xt::ones<float>({5});
+  const auto f = xshard::gelu_backward_from_output(gf, xf, xshard::gelu(xf));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    EXPECT_NEAR(d(i), want(i), 1e-14) << "x=" << x(i);
+    EXPECT_NEAR(f(i), want(i), 3e-7) << "x=" << x(i);
+  }
+  // Tiny and subnormal x: gelu'(x) rounds to 1/2 (y / x would not).
+  const xt::xtensor<float, 1> tiny{1e-31f, -1e-31f, 1e-40f, -1e-40f, 1.4e-45f, 3e-38f, -3e-38f};
+  const auto t =
+      xshard::gelu_backward_from_output(xt::xtensor<float, 1>(xt::ones<float>({7})), tiny, xshard::gelu(tiny));
+  for (std::size_t i = 0; i < tiny.size(); ++i) EXPECT_EQ(t(i), 0.5f) << "x=" << tiny(i);
+  // The tanh form and the decomposition do not read y: gelu_backward's bits.
+  const auto wrong_y = xt::xtensor<double, 1>(xt::zeros<double>({5}));
+  EXPECT_EQ(xshard::gelu_backward_from_output(g, x, wrong_y, gelu_approximate::tanh),
+            xshard::gelu_backward(g, x, gelu_approximate::tanh));
+  {
+    xshard::scoped_composite_mode forced("gelu_backward", composite_mode::decompose);
+    EXPECT_EQ(xshard::gelu_backward_from_output(g, x, wrong_y),
+              xshard::gelu_backward(g, x, gelu_approximate::none, composite_mode::decompose));
+  }
+  EXPECT_XSHARD_ERROR((void)xshard::gelu_backward_from_output(g, x, xt::xtensor<double, 1>(xt::zeros<double>({4}))),
+                      "gelu_backward_from_output: y has shape [4]");
 }
 
 // ---- softmax ----------------------------------------------------------------

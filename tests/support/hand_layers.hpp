@@ -249,8 +249,18 @@ struct mlp_block {
     B2 gb2 = detail::sum_to_last_dim<B2>(gy);
     W2 gw2 = einsum_vjp<"...m,km->...k", 1>(gy, r.a, std::get<2>(p));
     hidden_activation ga = einsum_vjp<"...m,km->...k", 0>(gy, r.a, std::get<2>(p));
-    hidden_activation gh =
-        detail::zip_elements(ga, r.h, [&](const auto& g, const auto& h) { return gelu_backward(g, h, approximate); });
+    // The erf form reads the cdf off the kept output a = gelu(h), as the graph's gelu does.
+    const auto& a_block = [&]() -> const auto& {
+      if constexpr (Sharded<hidden_activation>)
+        return r.a.local();
+      else
+        return r.a;
+    }
+    ();
+    hidden_activation gh = detail::zip_elements(ga, r.h, [&](const auto& g, const auto& h) {
+      return approximate == gelu_approximate::none ? gelu_backward_from_output(g, h, a_block)
+                                                   : gelu_backward(g, h, approximate);
+    });
     B1 gb1 = detail::sum_to_last_dim<B1>(gh);
     W1 gw1 = einsum_vjp<"...n,mn->...m", 1>(gh, r.x, std::get<0>(p));
     input gx = einsum_vjp<"...n,mn->...m", 0>(gh, r.x, std::get<0>(p));

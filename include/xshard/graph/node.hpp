@@ -100,8 +100,11 @@ struct ratio {
   static constexpr double value = double(Num) / double(Den);
 };
 enum class gelu_kind : std::uint8_t { none, tanh };
+/// gelu; the erf form's vjp reads its output as well as its operand (the
+/// cdf is y / x: xshard::gelu_backward_from_output), the tanh form's only
+/// its operand.
 template <gelu_kind A>
-struct gelu_op : op_traits<op_kind::composite, "gelu", true> {};
+struct gelu_op : op_traits<op_kind::composite, "gelu", true, A == gelu_kind::none> {};
 /// tanh, elementwise (its vjp reads its output: g (1 - y^2)).
 struct tanh_op : op_traits<op_kind::elementwise, "tanh", false, true> {};
 template <int Dim>

@@ -701,11 +701,19 @@ struct rule<gelu_op<K0>> : local_op {
   }
   template <std::size_t K, class G, class Y, class A>
   static auto vjp(G&& g, const vjp_context<Y, A>& c) {
-    if constexpr (Sharded<G>)
+    if constexpr (K0 == gelu_kind::none) {  // the cdf from the output: no erf in the backward
+      if constexpr (Sharded<G>)
+        return local_zip(g, c.template operand<0>(), [&](const auto& u, const auto& h) {
+          return ::xshard::gelu_backward_from_output(u, h, c.y->local());
+        });
+      else
+        return detail::plain_t<A>(::xshard::gelu_backward_from_output(g, c.template operand<0>(), *c.y));
+    } else if constexpr (Sharded<G>) {
       return local_zip(g, c.template operand<0>(),
                        [](const auto& u, const auto& h) { return ::xshard::gelu_backward(u, h, approximate); });
-    else
+    } else {
       return detail::plain_t<A>(::xshard::gelu_backward(g, c.template operand<0>(), approximate));
+    }
   }
 };
 

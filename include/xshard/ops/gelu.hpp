@@ -54,6 +54,7 @@ struct gelu_constants {
   static constexpr T kappa = T(0.044715);                       //
   static constexpr T three_kappa = T(3 * 0.044715);             //
   static constexpr T inv_sqrt_2pi = T(0.39894228040143267794);  // 1 / sqrt(2 pi)
+  static constexpr T tiny = T(1e-30);                           // below it, gelu'(x) rounds to 1/2
 };
 
 // ---- decomposition: the formulas, element by element ------------------------
@@ -183,6 +184,30 @@ void gelu_backward_kernel_range(const T* g, const T* x, T* dx, std::size_t n, ge
   }
 }
 
+/// The erf form's backward from the forward's output y = gelu(x):
+/// cdf = y / x (1/2 where |x| < tiny, whose y would lose bits below the
+/// normal range) and the density exp(-x^2 / 2) / sqrt(2 pi), so no erf is
+/// evaluated. y / x carries y's relative rounding (a few ulp of the cdf).
+template <class T>
+void gelu_backward_from_output_kernel_range(const T* g, const T* x, const T* y, T* dx, std::size_t n) {
+#if XSHARD_X86_KERNELS
+  if constexpr (std::is_same_v<T, float>) {
+    if (active_isa() == simd_isa::avx512) return x86::avx512::gelu_backward_from_output(g, x, y, dx, n);
+    if (active_isa() == simd_isa::avx2) return x86::avx2::gelu_backward_from_output(g, x, y, dx, n);
+  }
+#endif
+  using c = gelu_constants<T>;
+  using B = batch_t<T>;
+  simd_map<T>(
+      n, dx,
+      [](const B& gv, const B& v, const B& yv) {
+        const B cdf = xsimd::select(xsimd::abs(v) < B(c::tiny), B(c::half), yv / v);
+        const B pdf = xsimd::exp(B(-c::half) * (v * v)) * B(c::inv_sqrt_2pi);
+        return gv * (cdf + v * pdf);
+      },
+      g, x, y);
+}
+
 /// The kernels over the thread pool's threads, element ranges per thread.
 template <class T>
 void gelu_kernel(const T* x, T* y, std::size_t n, gelu_approximate a) {
@@ -195,6 +220,16 @@ void gelu_backward_kernel(const T* g, const T* x, T* dx, std::size_t n, gelu_app
   parallel_ranges(
       n, parallel_grain,
       [&](std::size_t lo, std::size_t hi) { gelu_backward_kernel_range(g + lo, x + lo, dx + lo, hi - lo, a); },
+      parallel_unit);
+}
+
+template <class T>
+void gelu_backward_from_output_kernel(const T* g, const T* x, const T* y, T* dx, std::size_t n) {
+  parallel_ranges(
+      n, parallel_grain,
+      [&](std::size_t lo, std::size_t hi) {
+        gelu_backward_from_output_kernel_range(g + lo, x + lo, y + lo, dx + lo, hi - lo);
+      },
       parallel_unit);
 }
 
@@ -260,6 +295,37 @@ detail::composite_result_t<E> gelu_backward(const G& grad, const E& x,
 template <class G, class E>
 detail::composite_result_t<E> gelu_backward(const G& grad, const E& x, std::string_view approximate) {
   return gelu_backward(grad, x, parse_gelu_approximate(approximate));
+}
+
+/// xshard.gelu_backward given also the forward's output y = gelu(x, approximate)
+/// (what a backward that kept y, or recomputed it, already holds): the
+/// erf form's kernel reads the cdf off y / x instead of evaluating erf, which
+/// halves the work. The result is gelu_backward(grad, x)'s to a few ulp of
+/// the cdf, not bit for bit. The tanh form (whose 1 - tanh^2 would lose
+/// bits taken from y) and the decomposition run gelu_backward(grad, x).
+/// Same trace event and policy entry as gelu_backward.
+template <class G, class E, class Y>
+detail::composite_result_t<E> gelu_backward_from_output(const G& grad, const E& x, const Y& y,
+                                                        gelu_approximate approximate = gelu_approximate::none) {
+  const composite_mode mode = composite_policy::get(composite_id::gelu_backward);
+  if (approximate != gelu_approximate::none || mode == composite_mode::decompose)
+    return gelu_backward(grad, x, approximate, mode);
+  const auto scope = detail::composite_trace(composite_id::gelu_backward, mode);
+  using T = detail::composite_value_t<E>;
+  static_assert(detail::composite_real_v<T>,
+                "xshard::gelu_backward_from_output(grad, x, y) requires x's value_type to be float or double");
+  static_assert(std::is_same_v<detail::composite_value_t<G>, T> && std::is_same_v<detail::composite_value_t<Y>, T>,
+                "xshard::gelu_backward_from_output(grad, x, y) requires grad, x and y to have the same value_type");
+  using R = detail::composite_result_t<E>;
+  std::optional<R> keep_x, keep_g, keep_y;
+  const R& xc = detail::contiguous<R>(x, keep_x);
+  detail::require_same_shape(grad, xc, "gelu_backward_from_output", "grad", "x");
+  detail::require_same_shape(y, xc, "gelu_backward_from_output", "y", "x");
+  const R& gc = detail::contiguous<R>(grad, keep_g);
+  const R& yc = detail::contiguous<R>(y, keep_y);
+  R dx = R::from_shape(xc.shape());
+  detail::gelu_backward_from_output_kernel<T>(gc.data(), xc.data(), yc.data(), dx.data(), xc.size());
+  return dx;
 }
 
 }  // namespace xshard

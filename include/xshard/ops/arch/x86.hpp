@@ -2,12 +2,12 @@
 // AVX-512 and AVX2 + FMA intrinsics under target attributes, so a binary
 // built without -march runs them on the CPU's widest vectors (ops/gelu.hpp,
 // ops/softmax.hpp, ops/rms_norm.hpp and ops/layer_norm.hpp pick one by
-// active_isa()): gelu and gelu_backward (erf form), softmax and
-// softmax_backward of contiguous rows, rms_norm, layer_norm and their
-// backwards of contiguous rows, and the graph's bias adds and bias
-// gradients' row sums (graph/ops.hpp: a row op a vector). xsimd 8.1 defines
-// its wide batches only when the TU itself is compiled for them, hence
-// intrinsics here.
+// active_isa()): gelu, gelu_backward and gelu_backward_from_output (erf
+// form), softmax and softmax_backward of contiguous rows, rms_norm,
+// layer_norm and their backwards of contiguous rows, and the graph's bias
+// adds and bias gradients' row sums (graph/ops.hpp: a row op a vector).
+// xsimd 8.1 defines its wide batches only when the TU itself is compiled
+// for them, hence intrinsics here.
 //
 // The math is the portable kernel's (ops/gelu.hpp, erf_and_gauss): xsimd
 // 8.1's float erf polynomials (erf1 below |u| = 2/3, 1 - exp(-u^2) erfc2
@@ -189,6 +189,14 @@ struct avx2_f32 {
     const O::V pdf = O::mul(gauss, O::set1(0.39894228040143267794f));                                                 \
     return O::mul(g, O::fma(v, pdf, cdf));                                                                            \
   }                                                                                                                   \
+  /* The backward from the forward's output y = gelu(v): cdf = y / v (1/2 where |v| < 1e-30, whose y would */         \
+  /* lose bits below the normal range), so only exp(-v^2 / 2) remains to compute. */                                  \
+  TARGET XSHARD_X86_INLINE OPS::V gelu_backward_from_output_of(OPS::V g, OPS::V v, OPS::V y) {                        \
+    using O = OPS;                                                                                                    \
+    const O::V cdf = O::if_lt(O::abs(v), O::set1(1e-30f), O::set1(0.5f), O::div(y, v));                               \
+    const O::V pdf = O::mul(exp_of(O::mul(O::set1(-0.5f), O::mul(v, v))), O::set1(0.39894228040143267794f));          \
+    return O::mul(g, O::fma(v, pdf, cdf));                                                                            \
+  }                                                                                                                   \
   TARGET inline void gelu(const float* x, float* y, std::size_t n) {                                                  \
     using O = OPS;                                                                                                    \
     std::size_t i = 0;                                                                                                \
@@ -209,6 +217,21 @@ struct avx2_f32 {
       std::copy(g + i, g + n, gb.begin());                                                                            \
       std::copy(x + i, x + n, xb.begin());                                                                            \
       O::store(gb.data(), gelu_backward_of(O::load(gb.data()), O::load(xb.data())));                                  \
+      std::copy(gb.begin(), gb.begin() + static_cast<std::ptrdiff_t>(n - i), dx + i);                                 \
+    }                                                                                                                 \
+  }                                                                                                                   \
+  TARGET inline void gelu_backward_from_output(const float* g, const float* x, const float* y, float* dx,             \
+                                               std::size_t n) {                                                       \
+    using O = OPS;                                                                                                    \
+    std::size_t i = 0;                                                                                                \
+    for (; i + O::lanes <= n; i += O::lanes)                                                                          \
+      O::store(dx + i, gelu_backward_from_output_of(O::load(g + i), O::load(x + i), O::load(y + i)));                 \
+    if (i < n) {                                                                                                      \
+      std::array<float, O::lanes> gb{}, xb{}, yb{};                                                                   \
+      std::copy(g + i, g + n, gb.begin());                                                                            \
+      std::copy(x + i, x + n, xb.begin());                                                                            \
+      std::copy(y + i, y + n, yb.begin());                                                                            \
+      O::store(gb.data(), gelu_backward_from_output_of(O::load(gb.data()), O::load(xb.data()), O::load(yb.data())));  \
       std::copy(gb.begin(), gb.begin() + static_cast<std::ptrdiff_t>(n - i), dx + i);                                 \
     }                                                                                                                 \
   }                                                                                                                   \
