@@ -6,6 +6,8 @@
 //
 //   gelu/<approx>/<mode>                gelu(x) on 1M floats (none = erf, tanh)
 //   gelu_backward/<approx>/<mode>       gelu_backward(g, x) on 1M floats
+//   gelu_backward_from_output/none/kernel  the same from x and y = gelu(x) (the
+//                                       graph's backward: the cdf is y / x, no erf)
 //   gelu_fwd_bwd/<approx>/<mode>        both, as one training step runs them
 //   softmax/<mode>                      softmax(x) over the last dim of (1024, 1024) floats
 //   softmax_backward/<mode>             softmax_backward(g, y), same shape
@@ -71,6 +73,17 @@ void bm_gelu_backward(benchmark::State& state, gelu_approximate a, composite_mod
     benchmark::DoNotOptimize(dx.data());
   }
   set_counters(state, gelu_n, 3);
+}
+
+void bm_gelu_backward_from_output(benchmark::State& state) {
+  const auto x = random_tensor<1>({gelu_n}, 1);
+  const auto g = random_tensor<1>({gelu_n}, 2);
+  const auto y = xshard::gelu(x, gelu_approximate::none, composite_mode::kernel);
+  for (auto _ : state) {
+    auto dx = xshard::gelu_backward_from_output(g, x, y);
+    benchmark::DoNotOptimize(dx.data());
+  }
+  set_counters(state, gelu_n, 4);
 }
 
 void bm_gelu_fwd_bwd(benchmark::State& state, gelu_approximate a, composite_mode m) {
@@ -172,6 +185,9 @@ const bool registered = [] {
       benchmark::RegisterBenchmark(("gelu_fwd_bwd/" + approx + "/" + mode).c_str(), bm_gelu_fwd_bwd, a, m)
           ->Unit(benchmark::kMicrosecond);
     }
+    if (m == composite_mode::kernel)
+      benchmark::RegisterBenchmark("gelu_backward_from_output/none/kernel", bm_gelu_backward_from_output)
+          ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("softmax/" + mode).c_str(), bm_softmax, m)->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("softmax_backward/" + mode).c_str(), bm_softmax_backward, m)
         ->Unit(benchmark::kMicrosecond);
