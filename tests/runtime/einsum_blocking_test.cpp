@@ -7,6 +7,7 @@
 // offset tables each thread keeps, across more shapes than it keeps.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <string>
@@ -130,18 +131,26 @@ TEST(EinsumBlocking, BRowsReadInPlaceForFewRows) {
 
 TEST(EinsumBlocking, TransposedOperandsAndOutput) {
   xt::random::seed(3);
-  const xt::xtensor<float, 2> at = xt::random::randn<float>({K, M});  // A with unit M stride
-  const xt::xtensor<float, 2> bt = xt::random::randn<float>({N, K});  // B with unit K stride
-  const auto want = naive(
-      1, M, N, K, [&](std::size_t, std::size_t i, std::size_t p) { return double(at(p, i)); },
-      [&](std::size_t, std::size_t p, std::size_t j) { return double(bt(j, p)); });
-  const auto c1 = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ki,jk->ij">(at, bt)); });
-  expect_close(
-      want, 1, M, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c1(i, j)); }, "ki,jk");
-  // Output transposed: C's N label is not contiguous, tiles are scattered.
-  const auto c2 = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ki,jk->ji">(at, bt)); });
-  expect_close(
-      want, 1, M, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c2(j, i)); }, "ki,jk->ji");
+  // The second shape packs B's columns (unit K stride) with full panels on
+  // both x86 kernels (NR 16 and 32) and a K block of 11 (eight k through the
+  // register transposes, then a tail of three).
+  for (const auto [m, n, k] : {std::array<std::size_t, 3>{M, N, K}, std::array<std::size_t, 3>{20, 70, 395}}) {
+    const std::string shape =
+        " (M, N, K) = (" + std::to_string(m) + ", " + std::to_string(n) + ", " + std::to_string(k) + ")";
+    const xt::xtensor<float, 2> at = xt::random::randn<float>({k, m});  // A with unit M stride
+    const xt::xtensor<float, 2> bt = xt::random::randn<float>({n, k});  // B with unit K stride
+    const auto want = naive(
+        1, m, n, k, [&](std::size_t, std::size_t i, std::size_t p) { return double(at(p, i)); },
+        [&](std::size_t, std::size_t p, std::size_t j) { return double(bt(j, p)); });
+    const auto c1 = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ki,jk->ij">(at, bt)); });
+    expect_close(
+        want, 1, m, n, k, [&](std::size_t, std::size_t i, std::size_t j) { return double(c1(i, j)); }, "ki,jk" + shape);
+    // Output transposed: C's N label is not contiguous, tiles are scattered.
+    const auto c2 = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ki,jk->ji">(at, bt)); });
+    expect_close(
+        want, 1, m, n, k, [&](std::size_t, std::size_t i, std::size_t j) { return double(c2(j, i)); },
+        "ki,jk->ji" + shape);
+  }
 }
 
 TEST(EinsumBlocking, WideNCrossesNcAndBatchesSplit) {
