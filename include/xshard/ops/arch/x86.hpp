@@ -197,44 +197,6 @@ struct avx2_f32 {
     const O::V pdf = O::mul(exp_of(O::mul(O::set1(-0.5f), O::mul(v, v))), O::set1(0.39894228040143267794f));          \
     return O::mul(g, O::fma(v, pdf, cdf));                                                                            \
   }                                                                                                                   \
-  TARGET inline void gelu(const float* x, float* y, std::size_t n) {                                                  \
-    using O = OPS;                                                                                                    \
-    std::size_t i = 0;                                                                                                \
-    for (; i + O::lanes <= n; i += O::lanes) O::store(y + i, gelu_of(O::load(x + i)));                                \
-    if (i < n) {                                                                                                      \
-      std::array<float, O::lanes> buf{};                                                                              \
-      std::copy(x + i, x + n, buf.begin());                                                                           \
-      O::store(buf.data(), gelu_of(O::load(buf.data())));                                                             \
-      std::copy(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n - i), y + i);                                \
-    }                                                                                                                 \
-  }                                                                                                                   \
-  TARGET inline void gelu_backward(const float* g, const float* x, float* dx, std::size_t n) {                        \
-    using O = OPS;                                                                                                    \
-    std::size_t i = 0;                                                                                                \
-    for (; i + O::lanes <= n; i += O::lanes) O::store(dx + i, gelu_backward_of(O::load(g + i), O::load(x + i)));      \
-    if (i < n) {                                                                                                      \
-      std::array<float, O::lanes> gb{}, xb{};                                                                         \
-      std::copy(g + i, g + n, gb.begin());                                                                            \
-      std::copy(x + i, x + n, xb.begin());                                                                            \
-      O::store(gb.data(), gelu_backward_of(O::load(gb.data()), O::load(xb.data())));                                  \
-      std::copy(gb.begin(), gb.begin() + static_cast<std::ptrdiff_t>(n - i), dx + i);                                 \
-    }                                                                                                                 \
-  }                                                                                                                   \
-  TARGET inline void gelu_backward_from_output(const float* g, const float* x, const float* y, float* dx,             \
-                                               std::size_t n) {                                                       \
-    using O = OPS;                                                                                                    \
-    std::size_t i = 0;                                                                                                \
-    for (; i + O::lanes <= n; i += O::lanes)                                                                          \
-      O::store(dx + i, gelu_backward_from_output_of(O::load(g + i), O::load(x + i), O::load(y + i)));                 \
-    if (i < n) {                                                                                                      \
-      std::array<float, O::lanes> gb{}, xb{}, yb{};                                                                   \
-      std::copy(g + i, g + n, gb.begin());                                                                            \
-      std::copy(x + i, x + n, xb.begin());                                                                            \
-      std::copy(y + i, y + n, yb.begin());                                                                            \
-      O::store(gb.data(), gelu_backward_from_output_of(O::load(gb.data()), O::load(xb.data()), O::load(yb.data())));  \
-      std::copy(gb.begin(), gb.begin() + static_cast<std::ptrdiff_t>(n - i), dx + i);                                 \
-    }                                                                                                                 \
-  }                                                                                                                   \
   /* The first r (< lanes) floats of p, the other lanes `pad`. */                                                     \
   TARGET XSHARD_X86_INLINE OPS::V load_padded(const float* p, std::size_t r, float pad) {                             \
     std::array<float, OPS::lanes> buf;                                                                                \
@@ -246,6 +208,34 @@ struct avx2_f32 {
     std::array<float, OPS::lanes> buf;                                                                                \
     OPS::store(buf.data(), v);                                                                                        \
     std::copy(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(r), p);                                          \
+  }                                                                                                                   \
+  TARGET inline void gelu(const float* x, float* y, std::size_t n) {                                                  \
+    using O = OPS;                                                                                                    \
+    std::size_t i = 0;                                                                                                \
+    for (; i + O::lanes <= n; i += O::lanes) O::store(y + i, gelu_of(O::load(x + i)));                                \
+    if (i < n) store_first(y + i, n - i, gelu_of(load_padded(x + i, n - i, 0.0f)));                                   \
+  }                                                                                                                   \
+  TARGET inline void gelu_backward(const float* g, const float* x, float* dx, std::size_t n) {                        \
+    using O = OPS;                                                                                                    \
+    std::size_t i = 0;                                                                                                \
+    for (; i + O::lanes <= n; i += O::lanes) O::store(dx + i, gelu_backward_of(O::load(g + i), O::load(x + i)));      \
+    if (i < n) {                                                                                                      \
+      const std::size_t r = n - i;                                                                                    \
+      store_first(dx + i, r, gelu_backward_of(load_padded(g + i, r, 0.0f), load_padded(x + i, r, 0.0f)));             \
+    }                                                                                                                 \
+  }                                                                                                                   \
+  TARGET inline void gelu_backward_from_output(const float* g, const float* x, const float* y, float* dx,             \
+                                               std::size_t n) {                                                       \
+    using O = OPS;                                                                                                    \
+    std::size_t i = 0;                                                                                                \
+    for (; i + O::lanes <= n; i += O::lanes)                                                                          \
+      O::store(dx + i, gelu_backward_from_output_of(O::load(g + i), O::load(x + i), O::load(y + i)));                 \
+    if (i < n) {                                                                                                      \
+      const std::size_t r = n - i;                                                                                    \
+      store_first(dx + i, r,                                                                                          \
+                  gelu_backward_from_output_of(load_padded(g + i, r, 0.0f), load_padded(x + i, r, 0.0f),              \
+                                               load_padded(y + i, r, 0.0f)));                                         \
+    }                                                                                                                 \
   }                                                                                                                   \
   /* Lane reductions in lane order: the largest (NaN wins), the sum. */                                               \
   TARGET XSHARD_X86_INLINE float lanes_max(OPS::V v) {                                                                \
