@@ -14,7 +14,7 @@
 set -euo pipefail
 
 packages=(
-  g++ cmake ninja-build clang-14 libclang-rt-14-dev clang-format
+  g++ cmake ninja-build clang-14 libclang-rt-14-dev clang-format lld
   xtensor-dev libxsimd-dev xtl-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
