@@ -4,10 +4,13 @@
 // what it refuses, so these rows are also the proof that the concepts can
 // sit in overload sets and `requires` clauses.
 #include <array>
+#include <deque>
+#include <initializer_list>
 #include <list>
 #include <span>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #include <xshard/mesh/mesh.hpp>
@@ -18,6 +21,7 @@
 #include <xshard/spmd/global.hpp>
 #include <xshard/spmd/sharded.hpp>
 #include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
 
 namespace {
 
@@ -66,6 +70,22 @@ static_assert(xshard::collective_buffer<float[4]>);
 static_assert(!xshard::collective_buffer<std::list<float>>);  // not contiguous
 static_assert(!xshard::collective_buffer<float*>);            // not a range
 static_assert(!xshard::collective_buffer<int>);
+static_assert(xshard::collective_buffer<std::vector<float>&>);
+static_assert(xshard::collective_buffer<const std::vector<float>&>);
+static_assert(xshard::collective_buffer<std::initializer_list<int>>);
+static_assert(xshard::collective_buffer<xt::xtensor<float, 2>>);  // row-major storage, walked in order
+// A strided view has data() and size() but is not contiguous.
+static_assert(
+    !xshard::collective_buffer<decltype(xt::view(std::declval<xt::xtensor<float, 2>&>(), xt::all(), xt::range(0, 2)))>);
+static_assert(!xshard::collective_buffer<std::deque<float>>);
+static_assert(std::is_same_v<xshard::buffer_value_t<const std::vector<float>&>, float>);
+static_assert(std::is_same_v<xshard::buffer_value_t<std::span<const double>>, double>);
+static_assert(std::is_same_v<xshard::buffer_value_t<const int (&)[3]>, int>);
+static_assert(xshard::mutable_buffer_v<std::vector<float>&>);
+static_assert(xshard::mutable_buffer_v<const std::span<float>&>);  // a span's constness is shallow
+static_assert(!xshard::mutable_buffer_v<std::span<const float>>);
+static_assert(!xshard::mutable_buffer_v<const std::vector<float>&>);
+static_assert(!xshard::mutable_buffer_v<const float (&)[4]>);
 
 // --- layer / stackable_layer -------------------------------------------------
 static_assert(xshard::layer<xshard::linear_layer<float>>);

@@ -3,6 +3,7 @@
 // are kept, where a flatten-to-2D linear collapses them.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <xshard/nn/linear.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xmanipulation.hpp>
@@ -65,6 +66,46 @@ TEST(Linear, BackwardMatchesFiniteDifferences) {
   check(layer.weight(), g.weight);
   check(*layer.bias(), *g.bias);
   EXPECT_EQ(dx.dimension(), 3u);  // the input gradient keeps the leading dims too
+}
+
+// SplitMix64's published stream from seed 0 (Vigna's splitmix64.c).
+TEST(Linear, GeneratorIsSplitMix64) {
+  xshard::detail::splitmix64 g(0);
+  EXPECT_EQ(g(), 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(g(), 0x6e789e6aa1b965f4ULL);
+  EXPECT_EQ(g(), 0x06c45d188009454fULL);
+}
+
+// U(-1/sqrt(in), 1/sqrt(in)) as PyTorch's default: every value in range, the
+// sample mean and variance of 16384 weights within 5 standard errors of 0
+// and bound^2 / 3, the same values for the same seed, others for another.
+TEST(Linear, InitialisationIsUniformWithinTheBound) {
+  const std::size_t in = 256, out = 64;
+  const xshard::linear<double> a(in, out, true, 5);
+  const double bound = 1.0 / 16.0;
+  double sum = 0, sum2 = 0;
+  for (const double w : a.weight()) {
+    ASSERT_GE(w, -bound);
+    ASSERT_LT(w, bound);
+    sum += w;
+    sum2 += w * w;
+  }
+  for (const double b : *a.bias()) {
+    ASSERT_GE(b, -bound);
+    ASSERT_LT(b, bound);
+  }
+  const double n = static_cast<double>(in * out);
+  const double var = bound * bound / 3;
+  EXPECT_NEAR(sum / n, 0.0, 5 * std::sqrt(var / n));
+  // The variance of w^2 for w ~ U(-b, b) is 4 b^4 / 45.
+  EXPECT_NEAR(sum2 / n, var, 5 * std::sqrt(4 * std::pow(bound, 4) / 45 / n));
+  const xshard::linear<double> same(in, out, true, 5), other(in, out, true, 6);
+  EXPECT_EQ(a.weight(), same.weight());
+  EXPECT_EQ(*a.bias(), *same.bias());
+  EXPECT_NE(a.weight(), other.weight());
+  const xshard::linear<float> f(in, out, false, 5);  // float: the same stream, rounded
+  for (std::size_t k = 0; k < f.weight().size(); ++k)
+    EXPECT_EQ(f.weight().data()[k], static_cast<float>(a.weight().data()[k]));
 }
 
 TEST(Linear, BiasSizeMismatchIsAnError) {
