@@ -333,4 +333,32 @@ TEST(NnLayers, MlpBlockEqualsTheHandWrittenOneBitForBit) {
   check(xshard::mlp_block<T, xshard::replicated_mlp, xshard::graph::gelu_kind::tanh>{}, tanh_ref);
 }
 
+// dots_saveable through remat (scan_layers' path): a graph layer's dots
+// hold its input, so remat keeps no copy of it and restores the residuals
+// from the dots alone (moved); a layer whose restore reads the input (the
+// hand-written block) keeps it. Gradients equal save_all's bit for bit.
+static_assert(xshard::detail::restores_from_dots<Dense>);
+static_assert(xshard::detail::saves_dots<xshard_test::hand::mlp_block<T>> &&
+              !xshard::detail::restores_from_dots<xshard_test::hand::mlp_block<T>>);
+
+TEST(NnLayers, DotsSaveableRematKeepsTheInputOnlyWhereRestoreReadsIt) {
+  const auto p = random_params(6, 10, 17);
+  xt::random::seed(18);
+  const mat x = xt::random::randn<T>({5, 6}), gy = xt::random::randn<T>({5, 6});
+  const auto check = [&](const auto& l, bool keeps_input) {
+    auto [y, saved] = xshard::remat_forward(l, p, x, xshard::remat::dots_saveable);
+    EXPECT_EQ(saved.input.has_value(), keeps_input);
+    EXPECT_TRUE(saved.dots.has_value());
+    EXPECT_FALSE(saved.residuals.has_value());
+    const auto all = l.forward(p, x);
+    EXPECT_EQ(y, all.first);
+    const auto bwd = l.vjp(p, xshard::remat_residuals(l, p, std::move(saved)), gy);
+    const auto bwd_all = l.vjp(p, all.second, gy);
+    EXPECT_EQ(bwd.second, bwd_all.second);
+    EXPECT_EQ(bwd.first, bwd_all.first);
+  };
+  check(Dense{}, false);
+  check(xshard_test::hand::mlp_block<T>{}, true);
+}
+
 }  // namespace

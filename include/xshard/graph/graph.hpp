@@ -860,9 +860,16 @@ struct layer {
     return forward_with<policy::dots_saveable>(p, x);
   }
   /// The residuals from what dots_saveable kept; vjp recomputes the rest.
+  /// The graph's policy keeps them as residuals, the input among them, so
+  /// the dots alone restore them: handed over (remat_residuals consumes
+  /// them) they are moved, and remat keeps no second copy of the input.
   template <class P = params>
   residuals restore(const P&, const input&, const dots& d) const {
     return d;
+  }
+  template <class P = params>
+  residuals restore(const P&, dots&& d) const {
+    return std::move(d);
   }
 
   /// Collectives per forward and per backward on every device, and the

@@ -8,7 +8,10 @@
 //                         whatever the depth
 //   remat::dots_saveable  the input and the einsum outputs (JAX's
 //                         dots_saveable), for layers that provide
-//                         forward_saving_dots / restore; others save all
+//                         forward_saving_dots / restore; others save all.
+//                         A layer whose dots hold its input (the graph
+//                         layers) restores from them alone and moves them
+//                         (restore(p, dots&&)): no second copy of the input
 //
 // remat_name(policy) spells a policy as above; remat_policies lists them.
 //
@@ -57,6 +60,14 @@ concept saves_dots = requires(const L& l, const typename L::params& p, const typ
   { l.restore(p, x, d) } -> std::same_as<typename L::residuals>;
 };
 
+/// A layer whose kept dots alone give back its residuals (the graph layers:
+/// their dots hold the input) also has restore(p, dots&&); remat then keeps
+/// no copy of the input beside them.
+template <class L>
+concept restores_from_dots = saves_dots<L> && requires(const L& l, const typename L::params& p, typename L::dots&& d) {
+  { l.restore(p, std::move(d)) } -> std::same_as<typename L::residuals>;
+};
+
 /// Runs f() as layer i's `pass` ("forward" or "backward") of a stack: an
 /// xshard::error from inside the layer (an einsum's shape check, say) is
 /// rethrown with the layer named, "<message> (scan_layers: layer 2, forward)".
@@ -91,8 +102,8 @@ constexpr remat effective_policy(remat policy) {
 /// What one layer's forward kept for its backward under a policy.
 template <layer L>
 struct remat_saved {
-  std::optional<typename L::residuals> residuals;                                // save_all
-  std::optional<typename L::input> input;                                        // recompute, dots_saveable
+  std::optional<typename L::residuals> residuals;  // save_all
+  std::optional<typename L::input> input;          // recompute; dots_saveable unless restores_from_dots
   std::optional<typename detail::dots_of<L, detail::saves_dots<L>>::type> dots;  // dots_saveable
 };
 
@@ -113,7 +124,7 @@ std::pair<typename L::output, remat_saved<L>> remat_forward(const L& l, const P&
       return {l.forward(p, x).first, std::move(s)};
     case remat::dots_saveable:
       if constexpr (detail::saves_dots<L>) {
-        s.input.emplace(x);
+        if constexpr (!detail::restores_from_dots<L>) s.input.emplace(x);
         auto [y, d] = l.forward_saving_dots(p, x);
         s.dots.emplace(std::move(d));
         return {std::move(y), std::move(s)};
@@ -128,7 +139,12 @@ template <layer L, class P>
 typename L::residuals remat_residuals(const L& l, const P& p, remat_saved<L>&& s) {
   if (s.residuals) return std::move(*s.residuals);
   if constexpr (detail::saves_dots<L>)
-    if (s.dots) return l.restore(p, *s.input, *s.dots);
+    if (s.dots) {
+      if constexpr (detail::restores_from_dots<L>)
+        return l.restore(p, std::move(*s.dots));
+      else
+        return l.restore(p, *s.input, *s.dots);
+    }
   if (s.input) return l.forward(p, *s.input).second;
   throw error("xshard: remat_residuals: nothing was saved for this layer");
 }
