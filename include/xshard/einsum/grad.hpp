@@ -263,7 +263,7 @@ auto einsum_vjp(const G& gy, const E&... ops) {
     if constexpr (std::is_same_v<decltype(reduced), result_t>) {
       return reduced;
     } else {
-      const auto r = xt::eval(reduced);
+      const auto& r = xt::eval(reduced);  // reduced itself when it is a container
       dx = result_t::from_shape(xi.shape());
       std::copy(r.data(), r.data() + r.size(), dx.data());
       return dx;

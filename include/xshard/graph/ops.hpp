@@ -134,7 +134,7 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
   std::array<std::size_t, R> shape{};
   std::copy_n(s.extents.begin(), R, shape.begin());
   xt::xtensor<T, R> out = xt::zeros<T>(shape);
-  const auto gc = xt::eval(g);
+  const auto& gc = xt::eval(g);  // g itself when it is a container: no copy
   if (std::find(shape.begin(), shape.end(), std::size_t(1)) == shape.end()) {
     // Only leading dims broadcast (a bias): sum rows of out.size() values,
     // column ranges over the thread pool (each column summed in row order,
