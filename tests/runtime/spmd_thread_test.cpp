@@ -3,12 +3,18 @@
 // happens when a body throws, and naming axis sets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 #include <xshard/mesh/mesh.hpp>
 #include <xshard/spmd/thread_mesh.hpp>
+#include <xshard/trace/trace.hpp>
 
 #include "../spmd/collective_cases.hpp"
 #include "../support/expect_error.hpp"
@@ -19,13 +25,21 @@ using xshard::axis_set;
 using xshard::collective_kind;
 using xshard::reduce_op;
 
+// Every worker count: one device per thread (no fibers), all devices as
+// fibers of one thread, and blocks of devices per thread (fibers whose
+// groups span threads; 3 workers split 4 or 8 devices unevenly).
 template <class M>
 void expect_all_cases() {
-  xshard::thread_mesh<M> devices;
-  const std::vector<std::string> failures = xshard_test::run_collective_cases(devices);
-  for (const std::string& f : failures) ADD_FAILURE() << f;
-  // The workers are reused: a second run sees the same results.
-  EXPECT_TRUE(xshard_test::run_collective_cases(devices).empty());
+  for (std::int64_t workers : {M::size(), std::int64_t{1}, std::int64_t{2}, std::int64_t{3}}) {
+    if (workers > M::size()) continue;
+    SCOPED_TRACE("workers " + std::to_string(workers));
+    xshard::thread_mesh<M> devices(workers);
+    EXPECT_EQ(devices.workers(), workers);
+    const std::vector<std::string> failures = xshard_test::run_collective_cases(devices);
+    for (const std::string& f : failures) ADD_FAILURE() << f;
+    // The workers are reused: a second run sees the same results.
+    EXPECT_TRUE(xshard_test::run_collective_cases(devices).empty());
+  }
 }
 
 TEST(SpmdThreadCollectives, Line4) { expect_all_cases<xshard::mesh<"x=4">>(); }
@@ -76,9 +90,11 @@ TEST(SpmdThreadCounters, BytesSentByHand) {
 
 // A body that throws on one device: the others do not hang, they see who
 // failed, run() rethrows the original exception, and the mesh works again.
-TEST(SpmdThreadFailure, ThrowingBodyReleasesTheOthers) {
+class SpmdThreadFailureWorkers : public ::testing::TestWithParam<std::int64_t> {};
+
+TEST_P(SpmdThreadFailureWorkers, ThrowingBodyReleasesTheOthers) {
   using M = xshard::mesh<"x=2, y=2", 3, 2, 1, 0>;
-  xshard::thread_mesh<M> devices;
+  xshard::thread_mesh<M> devices(GetParam());
   for (int attempt = 0; attempt < 3; ++attempt) {
     std::vector<std::string> seen(4);
     try {
@@ -120,8 +136,8 @@ TEST(SpmdThreadFailure, ThrowingBodyReleasesTheOthers) {
   for (const auto& v : out) EXPECT_EQ(v, std::vector<int>(5, 6));
 }
 
-TEST(SpmdThreadFailure, NonStandardExceptionIsRethrown) {
-  xshard::thread_mesh<xshard::mesh<"x=2">> devices;
+TEST_P(SpmdThreadFailureWorkers, NonStandardExceptionIsRethrown) {
+  xshard::thread_mesh<xshard::mesh<"x=2">> devices(std::min<std::int64_t>(GetParam(), 2));
   std::string seen;
   auto body = [&](auto& dev) {
     if (dev.position() == 0) throw 42;
@@ -136,8 +152,8 @@ TEST(SpmdThreadFailure, NonStandardExceptionIsRethrown) {
 }
 
 // A device that returns without joining a collective its peers are in.
-TEST(SpmdThreadFailure, PeerReturnedWithoutJoining) {
-  xshard::thread_mesh<xshard::mesh<"x=2, y=2", 3, 2, 1, 0>> devices;
+TEST_P(SpmdThreadFailureWorkers, PeerReturnedWithoutJoining) {
+  xshard::thread_mesh<xshard::mesh<"x=2, y=2", 3, 2, 1, 0>> devices(GetParam());
   EXPECT_EQ(xshard_test::error_of([&] {
               devices.run([&](auto& dev) {
                 if (dev.position() == 0) return;
@@ -148,8 +164,8 @@ TEST(SpmdThreadFailure, PeerReturnedWithoutJoining) {
             "xshard: all-reduce over {x, y}: device 3 returned from its body without joining it");
 }
 
-TEST(SpmdThreadFailure, NestedRunIsAnError) {
-  xshard::thread_mesh<xshard::mesh<"x=2">> devices;
+TEST_P(SpmdThreadFailureWorkers, NestedRunIsAnError) {
+  xshard::thread_mesh<xshard::mesh<"x=2">> devices(std::min<std::int64_t>(GetParam(), 2));
   std::atomic<int> errors{0};
   devices.run([&](auto&) {
     try {
@@ -160,6 +176,10 @@ TEST(SpmdThreadFailure, NestedRunIsAnError) {
   });
   EXPECT_EQ(errors.load(), 2);
 }
+
+// 4: a thread per device; 1: every device a fiber of one thread; 2: two
+// fibers per thread.
+INSTANTIATE_TEST_SUITE_P(Workers, SpmdThreadFailureWorkers, ::testing::Values(4, 1, 2));
 
 TEST(SpmdThreadFailure, BadAxisSet) {
   xshard::thread_mesh<xshard::mesh<"x=2">> devices;
@@ -174,6 +194,94 @@ TEST(SpmdThreadFailure, BadAxisSet) {
     }
   });
   EXPECT_EQ(errors.load(), 2);
+}
+
+// Worker threads: the constructor's count, checked, and the default.
+TEST(SpmdThreadWorkers, CountIsChecked) {
+  using M = xshard::mesh<"x=2, y=2">;
+  EXPECT_EQ(xshard_test::error_of([] { xshard::thread_mesh<M> d(0); }),
+            "xshard: a thread_mesh of 4 devices needs 1 to 4 worker threads, got 0");
+  EXPECT_EQ(xshard_test::error_of([] { xshard::thread_mesh<M> d(5); }),
+            "xshard: a thread_mesh of 4 devices needs 1 to 4 worker threads, got 5");
+}
+
+// Restores XSHARD_MESH_THREADS when a test ends.
+class SpmdThreadWorkersEnv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const char* v = std::getenv("XSHARD_MESH_THREADS")) saved_ = v;
+  }
+  void TearDown() override {
+    if (saved_)
+      setenv("XSHARD_MESH_THREADS", saved_->c_str(), 1);
+    else
+      unsetenv("XSHARD_MESH_THREADS");
+  }
+  std::optional<std::string> saved_;
+};
+
+TEST_F(SpmdThreadWorkersEnv, DefaultReadsTheVariable) {
+  setenv("XSHARD_MESH_THREADS", "3", 1);
+  EXPECT_EQ(xshard::default_mesh_threads(8), 3);
+  EXPECT_EQ(xshard::default_mesh_threads(2), 2);  // never more threads than devices
+  EXPECT_EQ((xshard::thread_mesh<xshard::mesh<"x=8">>().workers()), 3);
+  for (const char* bad : {"0", "-1", "two", "3x", ""}) {
+    setenv("XSHARD_MESH_THREADS", bad, 1);
+    EXPECT_EQ(xshard_test::error_of([] { (void)xshard::default_mesh_threads(4); }),
+              std::string("xshard: XSHARD_MESH_THREADS must be a positive integer, got \"") + bad + "\"");
+  }
+  unsetenv("XSHARD_MESH_THREADS");
+  const unsigned hw = std::thread::hardware_concurrency();
+  const std::int64_t expected = std::min<std::int64_t>(hw ? static_cast<std::int64_t>(hw) : 1, 64);
+  EXPECT_EQ(xshard::default_mesh_threads(64), expected);
+  EXPECT_EQ(xshard::default_mesh_threads(1), 1);
+}
+
+// Devices that share a thread as fibers keep their own trace: each one's
+// scopes belong to it and nest around its own collectives, although the
+// thread switched to the other devices inside them.
+TEST(SpmdThreadWorkers, FibersKeepTheirOwnTraceScopes) {
+  using M = xshard::mesh<"x=4", 3, 1, 2, 0>;
+  xshard::thread_mesh<M> devices(1);
+  auto& tracer = xshard::tracer::instance();
+  tracer.stop();
+  tracer.clear();
+  tracer.start();
+  devices.run([](auto& dev) {
+    xshard::trace_me outer("outer", {{"position", dev.position()}});
+    for (int k = 0; k < 3; ++k) {
+      xshard::trace_me step("step", {{"k", k}});
+      std::vector<float> v(16, 1.0f);
+      dev.all_reduce(v, reduce_op::sum, 1);  // every device waits here for the others
+    }
+  });
+  tracer.stop();
+  const auto events = tracer.events();
+  tracer.clear();
+  ASSERT_EQ(events.size(), 4u * 7u);  // per device: outer, 3 steps, 3 all-reduces
+  for (int id : {3, 1, 2, 0}) {
+    std::vector<const xshard::trace_event*> mine;
+    for (const auto& e : events)
+      if (e.device == id) mine.push_back(&e);
+    ASSERT_EQ(mine.size(), 7u) << "device " << id;
+    const xshard::trace_event& outer = *mine[0];
+    EXPECT_EQ(outer.name, "outer");  // sorted by ts, longer first: the parent leads
+    // Then step, its all-reduce, step, ...: each inside the one before it
+    // was opened in, on the device's one track.
+    for (std::size_t k = 1; k < 7; ++k) {
+      const xshard::trace_event& e = *mine[k];
+      const xshard::trace_event& parent = k % 2 == 1 ? outer : *mine[k - 1];
+      EXPECT_EQ(e.name, k % 2 == 1 ? "step" : "all-reduce") << "device " << id << " event " << k;
+      EXPECT_GE(e.ts_ns, parent.ts_ns);
+      EXPECT_LE(e.ts_ns + e.dur_ns, parent.ts_ns + parent.dur_ns);
+      EXPECT_EQ(e.tid, outer.tid);
+    }
+  }
+  // Four devices, four tracks, although they ran on one thread.
+  std::vector<std::uint32_t> tids;
+  for (const auto& e : events)
+    if (std::find(tids.begin(), tids.end(), e.tid) == tids.end()) tids.push_back(e.tid);
+  EXPECT_EQ(tids.size(), 4u);
 }
 
 // Naming axis sets, at compile time and at run time.

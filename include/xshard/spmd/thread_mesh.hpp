@@ -40,6 +40,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -53,6 +54,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/fiber.hpp"
 #include "../core/thread_pool.hpp"
 #include "../mesh/mesh.hpp"
 #include "../trace/trace.hpp"
@@ -192,10 +194,17 @@ class thread_mesh_state {
   /// Device `position` has returned from its body: wake every waiter.
   void leave(std::int64_t position) {
     left_[static_cast<std::size_t>(position)].store(true);
-    std::lock_guard lock(mu_);
-    for (group_entry& e : groups_) e.rendezvous->wake();
+    {
+      std::lock_guard lock(mu_);
+      for (group_entry& e : groups_) e.rendezvous->wake();
+    }
+    progress_.bump();
   }
   bool left(std::int64_t position) const { return left_[static_cast<std::size_t>(position)].load(); }
+
+  /// Bumped when a group completes or a device leaves: what a worker
+  /// thread whose fibers all wait sleeps on.
+  progress_signal& progress() const { return progress_; }
 
  private:
   const mesh_axes& axes_;
@@ -213,6 +222,7 @@ class thread_mesh_state {
   std::unique_ptr<std::atomic<bool>[]> left_;
   std::atomic<bool> poisoned_{false};
   std::string poison_message_;
+  mutable progress_signal progress_;
 };
 
 inline bool thread_rendezvous::member_left() const {
@@ -239,7 +249,16 @@ inline void thread_rendezvous::arrive_and_wait(std::int64_t kind) {
     generation_.store(gen + 1, std::memory_order_release);
     lock.unlock();
     cv_.notify_all();
+    mesh_.progress().bump();
     return;
+  }
+  if (fiber_host* host = fiber_host::current()) {
+    // This device shares its thread with others (more devices than worker
+    // threads): run them while the group gathers.
+    lock.unlock();
+    host->wait_until([&] { return generation_.load(std::memory_order_acquire) != gen || member_left(); });
+    if (generation_.load(std::memory_order_acquire) != gen) return;
+    broken(kind);
   }
   // Yield a while before sleeping: with a core each, the group is usually
   // complete within a few yields; with more devices than cores, a yield
@@ -257,25 +276,32 @@ inline void thread_rendezvous::arrive_and_wait(std::int64_t kind) {
   broken(kind);
 }
 
-/// acc[i] = op(acc[i], x[i]); signed integers wrap instead of overflowing.
+/// out[i] = op(acc[i], x[i]); signed integers wrap instead of overflowing.
+/// out may be acc.
 template <class T>
-void reduce_into(T* acc, const T* x, std::size_t n, reduce_op op) {
+void reduce_to(T* out, const T* acc, const T* x, std::size_t n, reduce_op op) {
   switch (op) {
     case reduce_op::sum:
       if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
         using U = std::make_unsigned_t<T>;
-        for (std::size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(static_cast<U>(acc[i]) + static_cast<U>(x[i]));
+        for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<U>(acc[i]) + static_cast<U>(x[i]));
       } else {
-        for (std::size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + x[i]);
+        for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(acc[i] + x[i]);
       }
       break;
     case reduce_op::max:
-      for (std::size_t i = 0; i < n; ++i) acc[i] = acc[i] < x[i] ? x[i] : acc[i];
+      for (std::size_t i = 0; i < n; ++i) out[i] = acc[i] < x[i] ? x[i] : acc[i];
       break;
     case reduce_op::min:
-      for (std::size_t i = 0; i < n; ++i) acc[i] = x[i] < acc[i] ? x[i] : acc[i];
+      for (std::size_t i = 0; i < n; ++i) out[i] = x[i] < acc[i] ? x[i] : acc[i];
       break;
   }
+}
+
+/// acc[i] = op(acc[i], x[i]).
+template <class T>
+void reduce_into(T* acc, const T* x, std::size_t n, reduce_op op) {
+  reduce_to(acc, acc, x, n, op);
 }
 
 /// op over the members' src(j)[0, n), in rank order, written to each of
@@ -370,11 +396,17 @@ class thread_device_core : public basic_device<thread_device_core> {
     const met m = meet(axes, g, c, data.data(), data.data(), data.size_bytes());
     thread_rendezvous& rv = m.rv;
     if (m.staged) {
-      // Every member reduces the members' copies, in rank order, into its
-      // own buffer: the same sums, bit for bit, on every member.
-      reduce_members<T>(
-          g.size, [&](std::int64_t j) { return in_of<T>(rv, g.rank, j); }, 1, [&](std::int64_t) { return data.data(); },
-          data.size(), op);
+      // Every member reduces the members' copies, in rank order, straight
+      // into its own buffer (no source is that buffer): the same sums, bit
+      // for bit, on every member.
+      T* out = data.data();
+      const std::size_t n = data.size();
+      if (g.size == 1) {
+        copy(out, in_of<T>(rv, g.rank, 0), n);
+        return;
+      }
+      reduce_to(out, in_of<T>(rv, g.rank, 0), in_of<T>(rv, g.rank, 1), n, op);
+      for (std::int64_t j = 2; j < g.size; ++j) reduce_into(out, in_of<T>(rv, g.rank, j), n, op);
       return;
     }
     const auto n = static_cast<std::int64_t>(data.size());
@@ -449,15 +481,23 @@ class thread_device_core : public basic_device<thread_device_core> {
   std::vector<collective_call> calls_;      // scratch for meet()
 };
 
-/// The worker threads of a thread_mesh: thread p runs job(ctx, p).
+/// The worker threads of a thread_mesh: `workers` threads, each running
+/// job(ctx, p) for a block of consecutive device positions p (the devices
+/// of the mesh's last axes share a thread). A thread with one device runs
+/// it directly; a thread with several runs them as fibers, which hand the
+/// thread to each other while they wait in a collective (core/fiber.hpp).
 class device_threads {
  public:
   using job_fn = void (*)(void*, std::int64_t);
 
-  device_threads(thread_mesh_state& mesh, std::int64_t n) : mesh_(mesh), n_(n) {
-    threads_.reserve(static_cast<std::size_t>(n));
+  device_threads(thread_mesh_state& mesh, std::int64_t n, std::int64_t workers) : mesh_(mesh), n_(n) {
+    if (workers < 1 || workers > n)
+      throw error("xshard: a thread_mesh of " + std::to_string(n) + " devices needs 1 to " + std::to_string(n) +
+                  " worker threads, got " + std::to_string(workers));
+    threads_.reserve(static_cast<std::size_t>(workers));
     try {
-      for (std::int64_t p = 0; p < n; ++p) threads_.emplace_back([this, p] { work(p); });
+      for (std::int64_t t = 0; t < workers; ++t)
+        threads_.emplace_back([this, first = n * t / workers, last = n * (t + 1) / workers] { work(first, last); });
     } catch (...) {
       stop();
       throw;
@@ -467,8 +507,11 @@ class device_threads {
   device_threads& operator=(const device_threads&) = delete;
   ~device_threads() { stop(); }
 
-  /// Runs job(ctx, p) on thread p for every device and returns when all are
-  /// done; rethrows the first exception a device threw.
+  /// Worker threads.
+  std::int64_t workers() const { return static_cast<std::int64_t>(threads_.size()); }
+
+  /// Runs job(ctx, p) for every device and returns when all are done;
+  /// rethrows the first exception a device threw.
   void run(job_fn job, void* ctx) {
     if (current_ == this) throw error("xshard: thread_mesh::run called from inside one of its own device bodies");
     std::lock_guard call(call_mu_);  // one run at a time
@@ -493,37 +536,68 @@ class device_threads {
   }
 
  private:
-  void work(std::int64_t p) {
+  /// What a worker thread running devices [first, last) as fibers keeps.
+  struct fiber_worker {
+    device_threads* self;
+    std::int64_t first;
+    job_fn job;
+    void* ctx;
+    std::vector<trace_thread_state> traces;  // each device's open scopes and trace buffer
+  };
+
+  /// Worker thread for devices [first, last).
+  void work(std::int64_t first, std::int64_t last) {
     current_ = this;
     // A device computes on its own thread: library kernels called from its
     // body (einsum, reductions) do not fan out over the process pool.
     const scoped_thread_limit one_thread(1);
     // Trace scopes opened in a device's body are that device's (Chrome
-    // trace "process" = device id).
-    const trace_device_scope trace_device(mesh_.ids()[static_cast<std::size_t>(p)]);
+    // trace "process" = device id); fibers switch it (enter_fiber).
+    const trace_device_scope trace_device(mesh_.ids()[static_cast<std::size_t>(first)]);
+    const auto count = static_cast<std::size_t>(last - first);
+    std::unique_ptr<fiber_host> host;
+    fiber_worker w{this, first, nullptr, nullptr, std::vector<trace_thread_state>(count > 1 ? count : 0)};
+    if (count > 1) host = std::make_unique<fiber_host>(count);
     std::uint64_t seen = 0;
     while (true) {
-      job_fn job = nullptr;
-      void* ctx = nullptr;
       {
         std::unique_lock lock(mu_);
         start_.wait(lock, [&] { return stop_ || generation_ != seen; });
         if (stop_) return;
         seen = generation_;
-        job = job_;
-        ctx = ctx_;
+        w.job = job_;
+        w.ctx = ctx_;
       }
-      try {
-        job(ctx, p);
-      } catch (...) {
-        fail(p, std::current_exception());
+      if (!host) {
+        run_device(w.job, w.ctx, first);
+        continue;
       }
-      mesh_.leave(p);
-      {
-        std::lock_guard lock(mu_);
-        if (++done_ == n_) finished_.notify_all();
-      }
+      host->run(
+          count,
+          [](void* c, std::size_t i) {
+            auto& fw = *static_cast<fiber_worker*>(c);
+            fw.self->run_device(fw.job, fw.ctx, fw.first + static_cast<std::int64_t>(i));
+          },
+          &w, mesh_.progress(), &enter_fiber, &w);
     }
+  }
+  /// Before fiber i of a worker (or the worker itself, npos) resumes.
+  static void enter_fiber(void* c, std::size_t i) {
+    auto& fw = *static_cast<fiber_worker*>(c);
+    const std::size_t p = static_cast<std::size_t>(fw.first) + (i == fiber_host::npos ? 0 : i);
+    trace_device = fw.self->mesh_.ids()[p];
+    trace_fiber_state = i == fiber_host::npos ? nullptr : &fw.traces[i];
+  }
+  /// Runs device p's body: its failure poisons the mesh; then it has left.
+  void run_device(job_fn job, void* ctx, std::int64_t p) {
+    try {
+      job(ctx, p);
+    } catch (...) {
+      fail(p, std::current_exception());
+    }
+    mesh_.leave(p);
+    std::lock_guard lock(mu_);
+    if (++done_ == n_) finished_.notify_all();
   }
   void fail(std::int64_t p, std::exception_ptr e) {
     {
@@ -577,16 +651,41 @@ class thread_device : public detail::thread_device_core {
   thread_device(detail::thread_mesh_state& mesh, std::int64_t position) : thread_device_core(mesh, position) {}
 };
 
-/// M::size() devices, each a persistent worker thread; run(body) runs
-/// body(device&) on all of them at once.
+/// Worker threads for a thread_mesh of `devices` devices:
+/// $XSHARD_MESH_THREADS if set (a positive integer; at most `devices` are
+/// used), else the hardware's thread count, at most `devices`.
+inline std::int64_t default_mesh_threads(std::int64_t devices) {
+  std::int64_t n = 0;
+  if (const char* env = std::getenv("XSHARD_MESH_THREADS")) {
+    detail::cursor c{env};
+    if (!c.integer(n, max_mesh_devices) || !c.at_end() || n < 1)
+      throw error(std::string("xshard: XSHARD_MESH_THREADS must be a positive integer, got \"") + env + '"');
+  } else {
+    const unsigned hw = std::thread::hardware_concurrency();
+    n = hw ? static_cast<std::int64_t>(hw) : 1;
+  }
+  return std::min(n, devices);
+}
+
+/// M::size() devices on persistent worker threads; run(body) runs
+/// body(device&) on all of them at once. With fewer worker threads than
+/// devices (by default, the hardware's thread count), a thread runs a block
+/// of consecutive devices as fibers that switch in user space while they
+/// wait for their groups, not through the kernel. A device body then must
+/// wait for other devices only through the mesh's collectives (a body that
+/// blocks in a lock or a std::barrier held by another device of its thread
+/// would wait forever).
 template <Mesh M>
 class thread_mesh {
  public:
   using mesh_type = M;
   using device = thread_device<M>;
 
-  thread_mesh() : state_(M::axes, std::span<const int>(M::device_ids)), devices_(make_devices(state_)) {
-    threads_ = std::make_unique<detail::device_threads>(state_, M::size());
+  thread_mesh() : thread_mesh(default_mesh_threads(M::size())) {}
+  /// `workers` worker threads, 1 to M::size() (otherwise an xshard::error).
+  explicit thread_mesh(std::int64_t workers)
+      : state_(M::axes, std::span<const int>(M::device_ids)), devices_(make_devices(state_)) {
+    threads_ = std::make_unique<detail::device_threads>(state_, M::size(), workers);
   }
   thread_mesh(const thread_mesh&) = delete;
   thread_mesh& operator=(const thread_mesh&) = delete;
@@ -595,6 +694,8 @@ class thread_mesh {
   static constexpr std::int64_t size() { return M::size(); }
   /// The axis set named by `names` ("data" or "data, model"); constexpr.
   static constexpr axis_set axes(std::string_view names) { return parse_axis_set(M::axes, names); }
+  /// Worker threads the devices run on.
+  std::int64_t workers() const { return threads_->workers(); }
 
   /// Runs body(device&) on every device concurrently; returns when all are
   /// done. If a body throws, the others' collectives fail instead of

@@ -192,10 +192,14 @@ struct trace_thread_state {
   std::size_t depth = 0;
 };
 
+/// Set while a fiber runs (a thread_mesh worker running several devices):
+/// that fiber's state, so each device keeps its own open scopes and buffer.
+inline thread_local trace_thread_state* trace_fiber_state = nullptr;
+
 template <class = void>
 trace_thread_state& trace_local() {
   static thread_local trace_thread_state state;
-  return state;
+  return trace_fiber_state ? *trace_fiber_state : state;
 }
 
 // The run-time parts are templates (of a defaulted, unused parameter): a
