@@ -3,6 +3,9 @@
 // here line for line, and scripts/check_doc_examples.sh (CTest
 // docs.examples) fails when a line of it is missing. Run-time statements sit
 // in functions that are never called.
+#include <atomic>
+#include <cstddef>
+#include <xshard/core/fiber.hpp>
 #include <xshard/core/fixed_string.hpp>
 #include <xshard/core/memory.hpp>
 
@@ -21,6 +24,20 @@ namespace memory_hpp {
   xshard::retain_freed_memory();   // false where the allocator is not glibc's
 }
 }  // namespace memory_hpp
+
+// --- xshard/core/fiber.hpp ---
+namespace fiber_hpp {
+[[maybe_unused]] void example() {
+  xshard::detail::progress_signal progress;
+  std::atomic<int> turn{0};
+  xshard::detail::fiber_host host(2);
+  host.run(2, [](void* c, std::size_t i) {
+    auto& t = *static_cast<std::atomic<int>*>(c);
+    xshard::detail::fiber_host::current()->wait_until([&] { return t.load() == int(i); });
+    ++t;                                   // fiber 1 waits for fiber 0
+  }, &turn, progress);
+}
+}  // namespace fiber_hpp
 
 }  // namespace
 // clang-format on

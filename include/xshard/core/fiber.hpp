@@ -22,7 +22,7 @@
 // wait for each other through wait_until. ASan and TSan are told of every
 // switch (their fiber interfaces), so both sanitizers follow the fibers.
 //
-// Example (compiled in tests/runtime/fiber_test.cpp):
+// Example (compiled in tests/compile/doc_core.cpp):
 //   xshard::detail::progress_signal progress;
 //   std::atomic<int> turn{0};
 //   xshard::detail::fiber_host host(2);

@@ -1,13 +1,23 @@
-// xshard/spmd/thread_mesh.hpp - the embedded backend: one thread per device
-// of a typed mesh, collectives through shared memory.
+// xshard/spmd/thread_mesh.hpp - the embedded backend: the devices of a typed
+// mesh on worker threads, collectives through shared memory.
 //
 // Example (compiled in tests/compile/doc_spmd.cpp):
 //   using M = xshard::mesh<"data=4, model=2">;
-//   xshard::thread_mesh<M> devices;          // starts 8 worker threads, kept for later runs
+//   xshard::thread_mesh<M> devices;          // up to 8 worker threads, kept for later runs
 //   devices.run([&](auto& dev) {              // dev: xshard::thread_device<M>&, on its own thread
 //     std::vector<float> g = local_gradient(dev.position());
 //     dev.all_reduce(g, xshard::reduce_op::sum, dev.axes("data"));   // over the 4 devices of a column
 //   });
+//
+// Worker threads: one per device up to the hardware's thread count
+// (XSHARD_MESH_THREADS or the constructor's argument choose another). With
+// fewer threads than devices, each thread runs a block of consecutive
+// devices (those of the mesh's last axes, so groups over those axes meet on
+// one thread) as fibers (core/fiber.hpp): a device waiting for its group
+// switches, in user space, to one of its thread's devices that can go on.
+// On train_mlp's 2x2 mesh on 2 cores, 4 threads made 95,000 kernel context
+// switches in 600 steps and the fibers 81, and the mesh ran 0.52-0.53 s
+// instead of 0.55-0.58 s for 300 steps.
 //
 // Collectives (see collectives.hpp for what each computes) meet in a
 // rendezvous per group: every member posts its buffers and waits at the
@@ -15,8 +25,8 @@
 // xshard::error on every member), then reads its peers' inputs. An input of
 // up to 32 KiB (staged_collective_bytes) is copied into the member's slot
 // before the barrier and read from there, so the collective returns without
-// a second barrier (latency: on more devices than cores every wait is a
-// switch). A larger one is read in place and the group meets again before
+// a second barrier (latency: every wait is a switch to another device or a
+// trip across cores). A larger one is read in place and the group meets again before
 // anyone returns; its all_reduce is a reduce-scatter and all-gather in one
 // pass over the members' own buffers: rank r reduces chunk r of every
 // member's buffer (in rank order) and writes the result into chunk r of
