@@ -26,7 +26,7 @@ if [ "${#need[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${need[@]}"
 fi
 
-tests=(einsum_test einsum_grad_test sharding_test scan_test scan_layers_test)
+tests=(einsum_test einsum_grad_test sharding_test scan_test scan_layers_test fiber_test)
 mkdir -p "$out/include"
 # The header-only dependencies, without the rest of the host's /usr/include
 # (the cross compiler has its own C and C++ headers).
