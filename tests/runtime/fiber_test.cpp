@@ -169,7 +169,8 @@ TEST(Fiber, Misuse) {
   progress_signal progress;
   fiber_host host(2);
   try {
-    host.run(3, [](void*, std::size_t) {}, nullptr, progress);
+    host.run(
+        3, [](void*, std::size_t) {}, nullptr, progress);
     ADD_FAILURE() << "no error";
   } catch (const xshard::error& e) {
     EXPECT_STREQ(e.what(), "xshard: fiber_host of 2 fibers asked to run 3");
@@ -185,7 +186,8 @@ TEST(Fiber, Misuse) {
       [](void* p, std::size_t) {
         auto& cx = *static_cast<ctx*>(p);
         try {
-          cx.host->run(1, [](void*, std::size_t) {}, nullptr, *cx.progress);
+          cx.host->run(
+              1, [](void*, std::size_t) {}, nullptr, *cx.progress);
         } catch (const xshard::error& e) {
           cx.what = e.what();
         }

@@ -33,6 +33,10 @@
 //   }, &turn, progress);
 #pragma once
 
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -42,10 +46,6 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
-
-#include <sys/mman.h>
-#include <ucontext.h>
-#include <unistd.h>
 
 #include "error.hpp"
 
@@ -134,8 +134,9 @@ class fiber_host {
   /// fiber i and on_enter(enter_ctx, npos) before the switch back here.
   void run(std::size_t n, task_fn task, void* ctx, progress_signal& progress, enter_fn on_enter = nullptr,
            void* enter_ctx = nullptr) {
-    if (n > fibers_.size()) throw error("xshard: fiber_host of " + std::to_string(fibers_.size()) +
-                                        " fibers asked to run " + std::to_string(n));
+    if (n > fibers_.size())
+      throw error("xshard: fiber_host of " + std::to_string(fibers_.size()) + " fibers asked to run " +
+                  std::to_string(n));
     if (current_) throw error("xshard: fiber_host::run called from inside a fiber");
     n_ = n;
     task_ = task;
@@ -219,7 +220,8 @@ class fiber_host {
     if (!f.stack) {
       f.map_bytes = stack_bytes + page;
       void* m = mmap(nullptr, f.map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (m == MAP_FAILED) throw error("xshard: could not map a fiber stack of " + std::to_string(f.map_bytes) + " bytes");
+      if (m == MAP_FAILED)
+        throw error("xshard: could not map a fiber stack of " + std::to_string(f.map_bytes) + " bytes");
       f.stack = m;
       mprotect(m, page, PROT_NONE);  // guard: an overflow faults instead of writing a neighbour
     }
