@@ -409,12 +409,9 @@ class thread_device_core : public basic_device<thread_device_core> {
       // Every member reduces the members' copies, in rank order, straight
       // into its own buffer (no source is that buffer): the same sums, bit
       // for bit, on every member.
+      // (basic_device::all_reduce handles a group of one: g.size >= 2.)
       T* out = data.data();
       const std::size_t n = data.size();
-      if (g.size == 1) {
-        copy(out, in_of<T>(rv, g.rank, 0), n);
-        return;
-      }
       reduce_to(out, in_of<T>(rv, g.rank, 0), in_of<T>(rv, g.rank, 1), n, op);
       for (std::int64_t j = 2; j < g.size; ++j) reduce_into(out, in_of<T>(rv, g.rank, j), n, op);
       return;
@@ -429,11 +426,18 @@ class thread_device_core : public basic_device<thread_device_core> {
     // Chunk `rank` of every member's buffer, reduced and written back into
     // every member's buffer: no other member touches this chunk, so the
     // group reads and writes each buffer once, with no second pass.
+    // Each member's buffer is its input and its output, so the chunk is
+    // reduced, element by element, into rank 0's buffer (which still holds
+    // rank 0's input at each element until that element is written), then
+    // copied to the others: one pass per input and one copy per other
+    // member, in rank order as in the staged path.
     const std::int64_t b = bound(g.rank), e = bound(g.rank + 1);
-    reduce_members<T>(
-        g.size, [&](std::int64_t j) { return in_of<T>(rv, g.rank, j) + b; }, g.size,
-        [&](std::int64_t j) { return static_cast<T*>(rv.slot(g.rank, j).out) + b; }, static_cast<std::size_t>(e - b),
-        op);
+    const auto len = static_cast<std::size_t>(e - b);
+    const auto buffer = [&](std::int64_t j) { return static_cast<T*>(rv.slot(g.rank, j).out) + b; };
+    T* const first = buffer(0);
+    reduce_to(first, in_of<T>(rv, g.rank, 0) + b, in_of<T>(rv, g.rank, 1) + b, len, op);
+    for (std::int64_t j = 2; j < g.size; ++j) reduce_into(first, in_of<T>(rv, g.rank, j) + b, len, op);
+    for (std::int64_t j = 1; j < g.size; ++j) copy(buffer(j), first, len);
     rv.arrive_and_wait(c.kind);  // nobody returns while a peer still writes its buffer
   }
 
