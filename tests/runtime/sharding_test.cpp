@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <functional>
 #include <initializer_list>
-#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -24,6 +23,7 @@
 #include <xshard/xshard.hpp>
 
 #include "../support/expect_error.hpp"
+#include "../support/scoped_env.hpp"
 
 namespace {
 
@@ -357,17 +357,7 @@ TEST(ShardingGet1dMesh, UnnamedWithDeviceCount) {
 
 // Restores XSHARD_NUM_DEVICES when a test ends.
 class ShardingNumDevicesEnv : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (const char* v = std::getenv("XSHARD_NUM_DEVICES")) saved_ = v;
-  }
-  void TearDown() override {
-    if (saved_)
-      setenv("XSHARD_NUM_DEVICES", saved_->c_str(), 1);
-    else
-      unsetenv("XSHARD_NUM_DEVICES");
-  }
-  std::optional<std::string> saved_;
+  xshard_test::scoped_env restore_{"XSHARD_NUM_DEVICES"};
 };
 
 TEST_F(ShardingNumDevicesEnv, DeviceCountReadsTheVariable) {

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -18,6 +17,7 @@
 
 #include "../spmd/collective_cases.hpp"
 #include "../support/expect_error.hpp"
+#include "../support/scoped_env.hpp"
 
 namespace {
 
@@ -207,22 +207,8 @@ TEST(SpmdThreadWorkers, CountIsChecked) {
             "xshard: a thread_mesh of 4 devices needs 1 to 4 worker threads, got 5");
 }
 
-// Restores XSHARD_MESH_THREADS when a test ends.
-class SpmdThreadWorkersEnv : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (const char* v = std::getenv("XSHARD_MESH_THREADS")) saved_ = v;
-  }
-  void TearDown() override {
-    if (saved_)
-      setenv("XSHARD_MESH_THREADS", saved_->c_str(), 1);
-    else
-      unsetenv("XSHARD_MESH_THREADS");
-  }
-  std::optional<std::string> saved_;
-};
-
-TEST_F(SpmdThreadWorkersEnv, DefaultReadsTheVariable) {
+TEST(SpmdThreadWorkers, DefaultReadsTheVariable) {
+  const xshard_test::scoped_env restore("XSHARD_MESH_THREADS");
   setenv("XSHARD_MESH_THREADS", "3", 1);
   EXPECT_EQ(xshard::default_mesh_threads(8), 3);
   EXPECT_EQ(xshard::default_mesh_threads(2), 2);  // never more threads than devices
