@@ -67,7 +67,7 @@ std::vector<float> local_gradient(std::int64_t position) { return std::vector<fl
 [[maybe_unused]] void example() {
   using M = xshard::mesh<"data=4, model=2">;
   xshard::thread_mesh<M> devices;          // up to 8 worker threads, kept for later runs
-  devices.run([&](auto& dev) {              // dev: xshard::thread_device<M>&, on its own thread
+  devices.run([&](auto& dev) {              // dev: xshard::thread_device<M>&, on a worker thread
     std::vector<float> g = local_gradient(dev.position());
     dev.all_reduce(g, xshard::reduce_op::sum, dev.axes("data"));   // over the 4 devices of a column
   });

@@ -4,7 +4,7 @@
 // Example (compiled in tests/compile/doc_spmd.cpp):
 //   using M = xshard::mesh<"data=4, model=2">;
 //   xshard::thread_mesh<M> devices;          // up to 8 worker threads, kept for later runs
-//   devices.run([&](auto& dev) {              // dev: xshard::thread_device<M>&, on its own thread
+//   devices.run([&](auto& dev) {              // dev: xshard::thread_device<M>&, on a worker thread
 //     std::vector<float> g = local_gradient(dev.position());
 //     dev.all_reduce(g, xshard::reduce_op::sum, dev.axes("data"));   // over the 4 devices of a column
 //   });
@@ -15,9 +15,9 @@
 // devices (those of the mesh's last axes, so groups over those axes meet on
 // one thread) as fibers (core/fiber.hpp): a device waiting for its group
 // switches, in user space, to one of its thread's devices that can go on.
-// On train_mlp's 2x2 mesh on 2 cores, 4 threads made 95,000 kernel context
-// switches in 600 steps and the fibers 81, and the mesh ran 0.52-0.53 s
-// instead of 0.55-0.58 s for 300 steps.
+// train_mlp's 2x2 mesh on 2 cores, 300 steps: 61,935 kernel context
+// switches on 4 threads, 284 on 2 with fibers, and 0.568 s against 0.521 s
+// (medians of 5; bench/results/train_steps_2026-11-27.md).
 //
 // Collectives (see collectives.hpp for what each computes) meet in a
 // rendezvous per group: every member posts its buffers and waits at the
