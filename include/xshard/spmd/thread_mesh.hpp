@@ -329,19 +329,18 @@ void reduce_into(T* acc, const T* x, std::size_t n, reduce_op op) {
   reduce_to(acc, acc, x, n, op);
 }
 
-/// op over the members' src(j)[0, n), in rank order, written to each of
-/// dst(0) .. dst(outs - 1) [0, n); computed block by block in a scratch that
-/// stays in L1, so a destination may also be a source (each block is read
-/// from every source before it is written anywhere).
-template <class T, class Source, class Dest>
-void reduce_members(std::int64_t members, Source&& src, std::int64_t outs, Dest&& dst, std::size_t n, reduce_op op) {
+/// op over the members' src(j)[0, n), in rank order, written to dst[0, n);
+/// computed block by block in a scratch that stays in L1, so dst may also
+/// be a source (each block is read from every source before it is written).
+template <class T, class Source>
+void reduce_members(std::int64_t members, Source&& src, T* dst, std::size_t n, reduce_op op) {
   constexpr std::size_t block = 16384 / sizeof(T) > 0 ? 16384 / sizeof(T) : 1;
   alignas(64) T scratch[block];
   for (std::size_t k = 0; k < n; k += block) {
     const std::size_t len = std::min(block, n - k);
     std::memcpy(scratch, src(0) + k, len * sizeof(T));
     for (std::int64_t j = 1; j < members; ++j) reduce_into(scratch, src(j) + k, len, op);
-    for (std::int64_t j = 0; j < outs; ++j) std::memcpy(dst(j) + k, scratch, len * sizeof(T));
+    std::memcpy(dst + k, scratch, len * sizeof(T));
   }
 }
 
@@ -472,8 +471,7 @@ class thread_device_core : public basic_device<thread_device_core> {
     thread_rendezvous& rv = m.rv;
     const std::size_t offset = static_cast<std::size_t>(g.rank) * out.size();
     reduce_members<T>(
-        g.size, [&](std::int64_t j) { return in_of<T>(rv, g.rank, j) + offset; }, 1,
-        [&](std::int64_t) { return out.data(); }, out.size(), op);
+        g.size, [&](std::int64_t j) { return in_of<T>(rv, g.rank, j) + offset; }, out.data(), out.size(), op);
     if (!m.staged) rv.arrive_and_wait(c.kind);
   }
 
