@@ -306,6 +306,11 @@ int run(const options& o) {
   } else {
     std::cout << "  " << steps << " steps on one device in " << single.seconds << " s\n";
   }
+  const auto& ws = single.workspace;
+  std::cout << "== one device's workspace: " << ws.allocated_bytes / 1024 << " KiB in " << ws.allocations
+            << " buffers, handed out " << ws.reuses + ws.allocations
+            << " times; buffers made from step 3 on: " << ws.allocations - single.workspace_allocations_by_step_3
+            << "\n";
   // The loss halves within a hundred steps (about 0.4 of the first at step
   // 51 with SGD); shorter runs must still make progress. (A resumed run
   // starts where the loss is already low: not checked.)

@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+#include <xshard/core/workspace.hpp>
 #include <xshard/nn/mlp.hpp>
 #include <xshard/optim/optimizer.hpp>
 #include <xshard/scan/scan_layers.hpp>  // stacked_params
@@ -52,11 +53,13 @@ data_set make_data();
 /// The initial parameters of every layer (a fixed seed).
 std::vector<DenseBlock::params> init_params();
 
-/// The batch of rows used at `step`.
-inline xt::xtensor<T, 2> rows(const xt::xtensor<T, 2>& a, std::size_t step) {
+/// The batch of rows used at `step` (a view of a).
+inline auto batch_rows(const xt::xtensor<T, 2>& a, std::size_t step) {
   const std::size_t first = (step * batch) % samples;
   return xt::view(a, xt::range(first, first + batch), xt::all());
 }
+/// The same, copied.
+inline xt::xtensor<T, 2> rows(const xt::xtensor<T, 2>& a, std::size_t step) { return batch_rows(a, step); }
 
 /// The same training on one device, from `init` or from `o.resume_dir`'s
 /// checkpoint (global step `first_step`), for `o.steps` steps: its final
@@ -67,6 +70,8 @@ struct single_device_run {
   std::vector<DenseBlock::params> params;
   std::vector<float> losses;
   double seconds = 0;
+  xshard::workspace::statistics workspace;          // its tensors' workspace, at the end
+  std::size_t workspace_allocations_by_step_3 = 0;  // the buffers it had made before step 3
 };
 single_device_run train_single_device(const data_set& data, const std::vector<DenseBlock::params>& init,
                                       const options& o, std::size_t first_step);

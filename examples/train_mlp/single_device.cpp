@@ -67,20 +67,31 @@ single_device_run train(const data_set& data, const std::vector<DenseBlock::para
   single_device_run run;
   run.losses.resize(o.steps);
   const bool alone = o.devices == 1;
+  // Every tensor of a step comes from this workspace and goes back to it:
+  // from the second step on, a step allocates nothing.
+  xshard::workspace ws;
+  const xshard::workspace::scope use(ws);
   for (std::size_t i = 0; i < o.steps; ++i) {
     const std::size_t step = first_step + i;
-    const auto x = rows(data.x, step);
-    auto [y, pullback] = xshard::scan_layers_vjp(dense, ref, x, o.policy);
-    const xt::xtensor<T, 2> diff = y - rows(data.y, step);
-    run.losses[i] = xt::sum(diff * diff)() / T(batch * width);
+    if (i == 2) run.workspace_allocations_by_step_3 = ws.stats().allocations;
+    auto x = ws.tensor<T, 2>({batch, width});
+    xt::noalias(x) = batch_rows(data.x, step);
+    auto [y, pullback] = xshard::scan_layers_vjp(dense, ref, std::move(x), o.policy);
+    auto gy = ws.tensor<T, 2>({batch, width});
+    xt::noalias(gy) = y - batch_rows(data.y, step);
+    ws.recycle(std::move(y));
+    run.losses[i] = xt::sum(gy * gy)() / T(batch * width);
+    gy *= T(2) / T(batch * width);  // the loss's gradient
     // Each layer updated while its gradients are still in cache (the
     // optimizer in the backward: the same arithmetic as opt.step on a
     // gradient stack, which is never written). dx: unused.
-    (void)pullback(diff * (T(2) / T(batch * width)), opt.layer_updates(ref));
+    ws.recycle(pullback(std::move(gy), opt.layer_updates(ref)));
     if (alone && o.progress && (i % std::max<std::size_t>(1, o.steps / 10) == 0 || i + 1 == o.steps))
       std::cout << "step " << step + 1 << "  loss " << run.losses[i] << "\n";
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  run.workspace = ws.stats();
+  if (o.steps <= 2) run.workspace_allocations_by_step_3 = run.workspace.allocations;
 #if defined(XSHARD_WITH_HDF5)
   if (alone && !o.save_dir.empty()) {
     std::filesystem::create_directories(o.save_dir);

@@ -12,6 +12,7 @@
 #include "core/tensor_traits.hpp"
 #include "core/text.hpp"
 #include "core/thread_pool.hpp"
+#include "core/workspace.hpp"
 #include "einsum/einsum.hpp"
 #include "einsum/fixed.hpp"
 #include "einsum/grad.hpp"

@@ -5,9 +5,11 @@
 // in functions that are never called.
 #include <atomic>
 #include <cstddef>
+#include <utility>
 #include <xshard/core/fiber.hpp>
 #include <xshard/core/fixed_string.hpp>
 #include <xshard/core/memory.hpp>
+#include <xshard/core/workspace.hpp>
 
 // clang-format off
 namespace {
@@ -38,6 +40,18 @@ namespace fiber_hpp {
   }, &turn, progress);
 }
 }  // namespace fiber_hpp
+
+// --- xshard/core/workspace.hpp ---
+namespace workspace_hpp {
+[[maybe_unused]] void example() {
+  xshard::workspace ws;
+  const xshard::workspace::scope use(ws);      // this thread's, until the scope ends
+  auto t = ws.tensor<float, 2>({64, 128});     // from the cache (or new); contents unspecified
+  ws.recycle(std::move(t));                    // back to the cache
+  const auto s = ws.stats();                   // s.reuses, s.allocations, s.allocated_bytes, ...
+  (void)s;
+}
+}  // namespace workspace_hpp
 
 }  // namespace
 // clang-format on

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <utility>
 #include <vector>
+#include <xshard/core/workspace.hpp>
 #include <xshard/mesh/mesh.hpp>
 #include <xshard/spmd/thread_mesh.hpp>
 #include <xshard/trace/trace.hpp>
@@ -310,6 +312,30 @@ TEST(SpmdThreadWorkers, FibersKeepTheirOwnTraceScopes) {
   for (const auto& e : events)
     if (std::find(tids.begin(), tids.end(), e.tid) == tids.end()) tids.push_back(e.tid);
   EXPECT_EQ(tids.size(), 4u);
+}
+
+TEST(SpmdThreadWorkers, FibersKeepTheirOwnWorkspaces) {
+  using M = xshard::mesh<"x=4">;
+  xshard::thread_mesh<M> devices(1);  // four fibers on one thread
+  std::vector<xshard::workspace> spaces(4);
+  std::atomic<int> wrong{0};
+  devices.run([&](auto& dev) {
+    const auto p = static_cast<std::size_t>(dev.position());
+    const xshard::workspace::scope use(spaces[p]);
+    for (int k = 0; k < 3; ++k) {
+      std::vector<float> v(16, 1.0f);
+      dev.all_reduce(v, reduce_op::sum, 1);  // the other fibers run (and open their scopes) meanwhile
+      if (xshard::workspace::current() != &spaces[p]) ++wrong;
+      auto t = xshard::detail::fresh_tensor<float, 1>(std::array<std::size_t, 1>{8});
+      xshard::detail::recycle(std::move(t));
+    }
+  });
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(xshard::workspace::current(), nullptr);
+  for (const auto& w : spaces) {
+    EXPECT_EQ(w.stats().allocations, 1u);  // each device's buffer went back to its own workspace
+    EXPECT_EQ(w.stats().reuses, 2u);
+  }
 }
 
 // Naming axis sets, at compile time and at run time.

@@ -10,11 +10,21 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 namespace xshard {
 
 namespace detail {
+/// std::tuple and std::pair (what std::apply takes).
+template <class T>
+struct is_tuple_like : std::false_type {};
+template <class... T>
+struct is_tuple_like<std::tuple<T...>> : std::true_type {};
+template <class A, class B>
+struct is_tuple_like<std::pair<A, B>> : std::true_type {};
+
 template <class S>
 struct shape_rank {
   static constexpr std::int64_t value = -1;

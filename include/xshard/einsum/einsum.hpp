@@ -42,6 +42,7 @@
 #include "../core/fixed_string.hpp"
 #include "../core/tensor_traits.hpp"
 #include "../core/text.hpp"
+#include "../core/workspace.hpp"
 #include "fixed.hpp"
 #include "kernel.hpp"
 #include "parse.hpp"
@@ -149,7 +150,7 @@ using gemm_key = static_vector<std::ptrdiff_t, 4 + 4 * max_einsum_labels>;
 /// recently used out).
 template <class T>
 struct gemm_cache {
-  static constexpr std::size_t slots = 8;
+  static constexpr std::size_t slots = 32;  // a decoder block's forward and backward contractions (about 18) all fit
   struct slot {
     gemm_key key;
     std::uint64_t used = 0;  // 0: empty
@@ -574,7 +575,7 @@ auto make_result(std::span<const std::size_t> shape) {
   } else if constexpr (R > 0) {
     std::array<std::size_t, static_cast<std::size_t>(R)> s{};
     std::copy(shape.begin(), shape.end(), s.begin());
-    return xt::xtensor<T, static_cast<std::size_t>(R)>::from_shape(s);
+    return fresh_tensor<T, static_cast<std::size_t>(R)>(s);  // the current workspace's, if any
   } else {
     if (shape.empty()) return xt::xarray<T>(T(0));
     return xt::xarray<T>::from_shape(typename xt::xarray<T>::shape_type(shape.begin(), shape.end()));

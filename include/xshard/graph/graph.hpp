@@ -37,6 +37,7 @@
 
 #include "../core/diagnostics.hpp"
 #include "../core/error.hpp"
+#include "../core/workspace.hpp"
 #include "../trace/trace.hpp"
 #include "node.hpp"
 #include "ops.hpp"
@@ -334,6 +335,8 @@ struct residual_store<list<N...>, Decl> {
   std::size_t count() const {
     return std::apply([](const auto&... o) { return (std::size_t{o.has_value()} + ... + 0); }, kept);
   }
+  /// Hands the held tensors to the current workspace (detail::recycle).
+  friend void recycle_parts(residual_store&& r) { ::xshard::detail::recycle(std::move(r.kept)); }
 };
 
 /// c as a CT: a sharded value whose spec differs from CT's only by mesh
@@ -341,7 +344,11 @@ struct residual_store<list<N...>, Decl> {
 template <class CT, class C>
 CT as_type(C&& c) {
   using D = std::remove_cvref_t<C>;
-  if constexpr (std::is_same_v<D, CT> || std::is_same_v<owning_sharded_t<D>, CT> || !Sharded<CT>) {
+  if constexpr (::xshard::detail::is_pooled_tensor<CT>::value && std::is_same_v<D, CT> &&
+                std::is_lvalue_reference_v<C>) {
+    return ::xshard::detail::fresh_copy<typename CT::value_type, std::tuple_size_v<typename CT::shape_type>>(
+        c);  // the current workspace's, if any
+  } else if constexpr (std::is_same_v<D, CT> || std::is_same_v<owning_sharded_t<D>, CT> || !Sharded<CT>) {
     return CT(std::forward<C>(c));
   } else {
     static_assert(
@@ -361,12 +368,17 @@ template <class CT, class C>
 void accumulate(std::optional<CT>& ct, C&& c) {
   if (!ct) {
     ct.emplace(as_type<CT>(std::forward<C>(c)));
-  } else if constexpr (Sharded<CT>) {
-    static_assert(detail::rank_v<CT> == detail::rank_v<C>);
-    ct->local() += c.local();
-  } else {
-    *ct += c;
+    return;
   }
+  // In place (xtensor's += on a container would go through a temporary),
+  // then c, if it is ours, goes to the workspace.
+  if constexpr (Sharded<CT>) {
+    static_assert(detail::rank_v<CT> == detail::rank_v<C>);
+    xt::noalias(ct->local()) += c.local();
+  } else {
+    xt::noalias(*ct) += c;
+  }
+  if constexpr (!std::is_lvalue_reference_v<C>) ::xshard::detail::recycle(std::move(c));
 }
 
 /// A zero gradient shaped like `v` (a leaf no path reaches).
@@ -612,10 +624,21 @@ struct program {
     (std::make_index_sequence<size>{});
     r.shapes = v.shapes;
     auto& root = std::get<size - 1>(v.slots);
-    if constexpr (g[size - 1].kind == op_kind::leaf)
-      return {output(root.get()), std::move(r)};
-    else
-      return {output(std::move(*root.own)), std::move(r)};
+    std::pair<output, residuals> out = [&] {
+      if constexpr (g[size - 1].kind == op_kind::leaf)
+        return std::pair<output, residuals>{output(root.get()), std::move(r)};
+      else
+        return std::pair<output, residuals>{output(std::move(*root.own)), std::move(r)};
+    }();
+    release(v);  // what no one kept goes back to the workspace
+    return out;
+  }
+
+  /// Hands the values a pass computed and still owns to the current
+  /// workspace (moved-from ones hold nothing).
+  template <class Leaves>
+  static void release(values_t<Leaves>& v) {
+    std::apply([](auto&... s) { (::xshard::detail::recycle(std::move(s.own)), ...); }, v.slots);
   }
 
   /// The result alone (nothing kept).
@@ -684,6 +707,7 @@ struct program {
           ...);
     }
     (std::make_index_sequence<size>{});
+    release(v);  // the values recomputed for this pass
     return ct;
   }
 
@@ -710,7 +734,8 @@ struct program {
         }
       }
       (std::make_index_sequence<g[I].arity>{});
-      gi.reset();  // done with it
+      ::xshard::detail::recycle(std::move(gi));  // done with it: to the workspace, if any (else freed)
+      gi.reset();
     }
   }
 

@@ -41,6 +41,7 @@
 #include "../core/static_vector.hpp"
 #include "../core/tensor_traits.hpp"
 #include "../core/text.hpp"
+#include "../core/workspace.hpp"  // fresh_tensor: results from the current workspace
 #include "../einsum/einsum.hpp"
 #include "../einsum/grad.hpp"
 #include "../ops/arch/x86.hpp"           // binary_row: bias rows on AVX-512 / AVX2
@@ -108,6 +109,17 @@ inline constexpr std::size_t rank_v = [] {
 template <class V>
 using plain_t = xt::xtensor<element_t<V>, rank_v<V>>;
 
+/// e as a plain tensor of V's value type and rank: itself when it is one
+/// (an rvalue), else evaluated into a fresh tensor (the current workspace's,
+/// if any: core/workspace.hpp).
+template <class V, class E>
+plain_t<V> to_plain(E&& e) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<E>, plain_t<V>> && !std::is_lvalue_reference_v<E>)
+    return std::move(e);
+  else
+    return ::xshard::detail::fresh_copy<element_t<V>, rank_v<V>>(e);
+}
+
 /// g (numpy-broadcast from shape s) summed back to shape s, as a tensor of
 /// rank R.
 template <std::size_t R, class G>
@@ -120,7 +132,7 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
     if constexpr (!std::is_lvalue_reference_v<G> && std::is_same_v<std::remove_cvref_t<G>, xt::xtensor<T, R>>)
       return std::move(g);  // the gradient passes through
     else
-      return xt::xtensor<T, R>(g);
+      return ::xshard::detail::fresh_copy<T, R>(g);
   }
   // g must be s broadcast: never index past out for any other shape.
   bool broadcast = gr >= R;
@@ -133,7 +145,8 @@ xt::xtensor<element_t<G>, R> sum_to(G&& g, const shape_rec& s) {
   // leading dims of g and the size-1 dims of s are summed.
   std::array<std::size_t, R> shape{};
   std::copy_n(s.extents.begin(), R, shape.begin());
-  xt::xtensor<T, R> out = xt::zeros<T>(shape);
+  xt::xtensor<T, R> out = ::xshard::detail::fresh_tensor<T, R>(shape);
+  out.fill(T(0));
   const auto& gc = xt::eval(g);  // g itself when it is a container: no copy
   if (std::find(shape.begin(), shape.end(), std::size_t(1)) == shape.end()) {
     // Only leading dims broadcast (a bias): sum rows of out.size() values,
@@ -233,6 +246,16 @@ void bias_rows(T* out, const T* a, const V& b, std::size_t rows, std::size_t n) 
   };
   if constexpr (std::is_same_v<V, xt::xtensor<T, 1>>) {
     run(b.data());
+  } else if constexpr (requires {
+                         b.data() + b.data_offset();
+                         b.strides()[0];
+                       }) {
+    if (b.strides()[0] == 1 || n <= 1) {  // a row of a stack (scan_layers' parameter views): read in place
+      run(b.data() + b.data_offset());
+      return;
+    }
+    const xt::xtensor<T, 1> contiguous(b);
+    run(contiguous.data());
   } else {
     const xt::xtensor<T, 1> contiguous(b);
     run(contiguous.data());
@@ -249,7 +272,7 @@ auto bias_applied(A&& a, const V& b) {
   const std::size_t n = a.shape()[a.dimension() - 1];
   const std::size_t rows = a.size() / std::max<std::size_t>(n, 1);
   if constexpr (std::is_lvalue_reference_v<A>) {
-    R out = R::from_shape(a.shape());
+    R out = ::xshard::detail::fresh_tensor<typename R::value_type, tensor_rank_v<A>>(a.shape());
     bias_rows<B>(out.data(), a.data(), b, rows, n);
     return out;
   } else {
@@ -283,7 +306,8 @@ auto gain_product_vjp(G&& g, const X& x, const W& w) {
     bias_rows<binary::mul>(r.data(), r.data(), w, r.size() / n, n);
     return std::optional<Out>(std::move(r));
   } else {
-    Out r = xt::zeros<T>({n});
+    Out r = ::xshard::detail::fresh_tensor<T, 1>(std::array<std::size_t, 1>{n});
+    r.fill(T(0));
     const T* gp = g.data();
     const T* xp = x.data();
     T* rp = r.data();
@@ -557,19 +581,29 @@ struct rule<binary_op<B>> {
           fits = eb == 1 || eb == a.shape()[R - 1 - d];
         }
         if (fits) {
-          DA r = std::move(a);
+          DA r = std::move(a);  // in place: xtensor's r += b on a container would go through a temporary
           if constexpr (B == binary::add)
-            r += b;
+            xt::noalias(r) += b;
           else if constexpr (B == binary::sub)
-            r -= b;
+            xt::noalias(r) -= b;
           else if constexpr (B == binary::mul)
-            r *= b;
+            xt::noalias(r) *= b;
           else
-            r /= b;
+            xt::noalias(r) /= b;
           return r;
         }
       }
-      return xt::xtensor<T, R>(f(a, b));
+      if constexpr (!std::is_lvalue_reference_v<Y> && std::is_same_v<std::remove_cvref_t<Y>, xt::xtensor<T, R>> &&
+                    std::is_same_v<std::remove_cvref_t<X>, xt::xtensor<T, R>>) {
+        // The right operand's buffer, when both have the result's shape:
+        // each element reads only its own position of both operands.
+        if (a.shape() == b.shape()) {
+          xt::xtensor<T, R> r = std::move(b);
+          xt::noalias(r) = f(a, r);
+          return r;
+        }
+      }
+      return ::xshard::detail::fresh_copy<T, R>(f(a, b));
     }
   }
   template <std::size_t K, class G, class Y, class A0, class A1>
@@ -589,14 +623,14 @@ struct rule<binary_op<B>> {
           DG r = local_zip(g, detail::with_layout_of<DG>(c.template operand<0>()),
                            [](const auto& u, const auto& v) { return -u * v; });
           const auto& b = c.template operand<1>().local();
-          r.local() /= b * b;
+          xt::noalias(r.local()) /= b * b;
           return r;
         } else if constexpr (K == 0 && detail::is_bias_of<A0, A1>()) {
           DG r(g);  // g times (over) the rank-1 operand along the last dim
           if constexpr (B == binary::mul)
-            r.local() *= c.template operand<1>().local();
+            xt::noalias(r.local()) *= c.template operand<1>().local();
           else
-            r.local() /= c.template operand<1>().local();
+            xt::noalias(r.local()) /= c.template operand<1>().local();
           return r;
         } else if constexpr (B == binary::div) {
           return local_zip(g, detail::with_layout_of<DG>(c.template operand<1>()),
@@ -660,11 +694,18 @@ struct rule<scale_op<C>> : local_op {
     if constexpr (Sharded<X>)
       return local_map(a, [](const auto& v) { return v * T(C::value); });
     else
-      return detail::plain_t<X>(a * T(C::value));
+      return detail::to_plain<X>(a * T(C::value));
   }
   template <std::size_t K, class G, class Y, class A>
   static auto vjp(G&& g, const vjp_context<Y, A>&) {
-    return eval(g);
+    using T = detail::element_t<G>;
+    if constexpr (!Sharded<G> && !std::is_lvalue_reference_v<G> &&
+                  std::is_same_v<std::remove_cvref_t<G>, detail::plain_t<G>>) {
+      xt::noalias(g) *= T(C::value);  // the cotangent is ours: scaled in place
+      return std::move(g);
+    } else {
+      return eval(g);
+    }
   }
 };
 
@@ -675,7 +716,7 @@ struct rule<tanh_op> : local_op {
     if constexpr (Sharded<X>)
       return local_map(a, [](const auto& v) { return xt::tanh(v); });
     else
-      return detail::plain_t<X>(xt::tanh(a));
+      return detail::to_plain<X>(xt::tanh(a));
   }
   template <std::size_t K, class G, class Y, class A>
   static auto vjp(G&& g, const vjp_context<Y, A>& c) {
@@ -684,7 +725,7 @@ struct rule<tanh_op> : local_op {
     if constexpr (Sharded<G>)
       return local_zip(g, *c.y, f);
     else
-      return detail::plain_t<A>(f(g, *c.y));
+      return detail::to_plain<A>(f(g, *c.y));
   }
 };
 
@@ -697,7 +738,7 @@ struct rule<gelu_op<K0>> : local_op {
     if constexpr (Sharded<X>)
       return local_map(a, [](const auto& v) { return ::xshard::gelu(v, approximate); });
     else
-      return detail::plain_t<X>(::xshard::gelu(a, approximate));
+      return detail::to_plain<X>(::xshard::gelu(a, approximate));
   }
   template <std::size_t K, class G, class Y, class A>
   static auto vjp(G&& g, const vjp_context<Y, A>& c) {
@@ -707,12 +748,12 @@ struct rule<gelu_op<K0>> : local_op {
           return ::xshard::gelu_backward_from_output(u, h, c.y->local());
         });
       else
-        return detail::plain_t<A>(::xshard::gelu_backward_from_output(g, c.template operand<0>(), *c.y));
+        return detail::to_plain<A>(::xshard::gelu_backward_from_output(g, c.template operand<0>(), *c.y));
     } else if constexpr (Sharded<G>) {
       return local_zip(g, c.template operand<0>(),
                        [](const auto& u, const auto& h) { return ::xshard::gelu_backward(u, h, approximate); });
     } else {
-      return detail::plain_t<A>(::xshard::gelu_backward(g, c.template operand<0>(), approximate));
+      return detail::to_plain<A>(::xshard::gelu_backward(g, c.template operand<0>(), approximate));
     }
   }
 };
@@ -819,7 +860,7 @@ struct rule<softmax_op<Dim>> {
       else
         return local_map(a, [](const auto& v) { return ::xshard::softmax(v, Dim); });
     } else {
-      return detail::plain_t<X>(::xshard::softmax(a, Dim));
+      return detail::to_plain<X>(::xshard::softmax(a, Dim));
     }
   }
   template <std::size_t K, class G, class Y, class A>
@@ -830,7 +871,7 @@ struct rule<softmax_op<Dim>> {
       else
         return local_zip(g, *c.y, [](const auto& u, const auto& y) { return ::xshard::softmax_backward(u, y, Dim); });
     } else {
-      return detail::plain_t<A>(::xshard::softmax_backward(g, *c.y, Dim));
+      return detail::to_plain<A>(::xshard::softmax_backward(g, *c.y, Dim));
     }
   }
   template <class Y, class A>
@@ -980,14 +1021,14 @@ auto on_blocks(const X& x, F&& f) {
   if constexpr (Sharded<X>)
     return local_map(x, f);
   else
-    return plain_t<X>(f(x));
+    return to_plain<X>(f(x));
 }
 template <class X, class Y, class F>
 auto on_blocks(const X& x, const Y& y, F&& f) {
   if constexpr (Sharded<X>)
     return local_zip(x, y, f);
   else
-    return plain_t<Y>(f(x, y));
+    return to_plain<Y>(f(x, y));
 }
 
 /// Sets to `fill` the entries of a contiguous row-major block of shape
@@ -1004,7 +1045,13 @@ void fill_above_diagonal(const S& shape, std::size_t qd, std::size_t kd, T* data
   std::size_t rows = 1;
   for (std::size_t d = 0; d < last; ++d) rows *= shape[d];
   if (n == 0 || rows == 0) return;
-  std::vector<std::size_t> idx(rank, 0);  // the row's index in dims 0..last-1
+  // The row's index in dims 0..last-1 (no allocation for a shape of static rank).
+  auto idx = [&] {
+    if constexpr (requires { std::tuple_size<S>::value; })
+      return std::array<std::size_t, std::tuple_size_v<S>>{};
+    else
+      return std::vector<std::size_t>(rank, 0);
+  }();
   for (std::size_t row = 0; row < rows; ++row) {
     T* r = data + row * n;
     if (kd == last) {
@@ -1211,7 +1258,11 @@ struct rule<rms_norm_op<Eps>> {
     if constexpr (split<X> != 0)
       return detail::split_rms_norm(a, split<X>, Eps::value);
     else
-      return detail::on_blocks(a, [](const auto& v) { return ::xshard::rms_norm(v, Eps::value).output; });
+      return detail::on_blocks(a, [](const auto& v) {
+        auto r = ::xshard::rms_norm(v, Eps::value);
+        ::xshard::detail::recycle(std::move(r.rstd));  // the backward recomputes it
+        return std::move(r.output);
+      });
   }
   template <std::size_t K, class G, class Y, class A>
   static auto vjp(G&& g, const vjp_context<Y, A>& c) {
@@ -1219,7 +1270,11 @@ struct rule<rms_norm_op<Eps>> {
       return detail::split_rms_norm_backward(g, c.template operand<0>(), split<A>, Eps::value);
     else
       return detail::on_blocks(g, c.template operand<0>(), [](const auto& u, const auto& x) {
-        return ::xshard::rms_norm_backward(u, x, ::xshard::rms_norm(x, Eps::value).rstd);
+        auto r = ::xshard::rms_norm(x, Eps::value);
+        ::xshard::detail::recycle(std::move(r.output));
+        auto dx = ::xshard::rms_norm_backward(u, x, r.rstd);
+        ::xshard::detail::recycle(std::move(r.rstd));
+        return dx;
       });
   }
   template <class Y, class A>
@@ -1241,7 +1296,7 @@ struct rule<causal_mask_op<QDim, KDim>> : local_op {
   /// v with the entries where key > query set to fill.
   template <class V>
   static auto masked(const V& v, typename V::value_type fill) {
-    detail::plain_t<V> r(v);
+    detail::plain_t<V> r = detail::to_plain<V>(v);
     detail::fill_above_diagonal(r.shape(), q<V>, k<V>, r.data(), fill);
     return r;
   }
@@ -1368,7 +1423,7 @@ struct rule<custom_op<Name, Sig, Kernel>> {
       return owning_sharded_t<AK>(ak.device(), ak.global_shape(), std::move(block));
     } else {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return detail::plain_t<AK>(Kernel::template vjp<K>(g, *c.y, c.template operand<I>()...));
+        return detail::to_plain<AK>(Kernel::template vjp<K>(g, *c.y, c.template operand<I>()...));
       }
       (std::index_sequence_for<A...>{});
     }
@@ -1396,6 +1451,9 @@ struct rule<constrain_op<S>> {
   static auto eval(X&& a) {
     if constexpr (Sharded<X>)
       return ::xshard::constrain<S>(a);
+    else if constexpr (::xshard::detail::is_pooled_tensor<std::remove_cvref_t<X>>::value &&
+                       std::is_lvalue_reference_v<X>)
+      return ::xshard::detail::fresh_copy_of(a);  // the current workspace's, if any
     else
       return std::remove_cvref_t<X>(std::forward<X>(a));
   }

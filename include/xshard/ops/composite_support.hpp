@@ -33,6 +33,7 @@
 #include "../core/tensor_traits.hpp"
 #include "../core/text.hpp"
 #include "../core/thread_pool.hpp"  // parallel_ranges: the kernels split rows or elements over the pool
+#include "../core/workspace.hpp"    // composite_out: results from the current workspace
 #include "../trace/trace.hpp"       // composite_trace: one trace_me scope per composite call
 #include "composite_policy.hpp"
 
@@ -70,6 +71,17 @@ struct composite_result<T, -1> {
 template <class E, class T = composite_value_t<E>>
 using composite_result_t = typename composite_result<T, tensor_rank_v<E>>::type;
 
+/// A fresh result of type R (a composite_result_t) and the given shape:
+/// from the current workspace (core/workspace.hpp) when R is a tensor of
+/// static rank and a scope is open, else allocated. Contents unspecified.
+template <class R, class S>
+R composite_out(const S& shape) {
+  if constexpr (is_pooled_tensor<R>::value)
+    return fresh_tensor<typename R::value_type, std::tuple_size_v<typename R::shape_type>>(shape);
+  else
+    return R::from_shape(shape);
+}
+
 /// A contiguous row-major buffer as an xtensor expression of the given
 /// shape (no copy, no ownership). The decompositions run on such views of a
 /// canonical rank (elementwise: 1; softmax: (outer, extent, inner); layer
@@ -100,6 +112,14 @@ void require_same_shape(const A& a, const B& b, const char* op, const char* a_na
     throw error(std::string("xshard: ") + op + ": " + a_name + " has shape " + shape_text(a.shape()) + " but " +
                 b_name + " has shape " + shape_text(b.shape()));
 }
+
+/// A shape as require_same_shape's operand (nothing allocated to hold it).
+template <class S>
+struct shape_ref {
+  const S& s;
+  std::size_t dimension() const { return s.size(); }
+  const S& shape() const { return s; }
+};
 
 template <class T>
 using batch_t = xsimd::batch<T>;

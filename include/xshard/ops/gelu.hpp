@@ -244,7 +244,7 @@ detail::composite_result_t<E> gelu(const E& x, gelu_approximate approximate, com
   using R = detail::composite_result_t<E>;
   std::optional<R> keep;
   const R& xc = detail::contiguous<R>(x, keep);
-  R y = R::from_shape(xc.shape());
+  R y = detail::composite_out<R>(xc.shape());
   if (mode == composite_mode::decompose)
     detail::gelu_decomposition<T>(xc.data(), y.data(), xc.size(), approximate);
   else
@@ -278,7 +278,7 @@ detail::composite_result_t<E> gelu_backward(const G& grad, const E& x, gelu_appr
   const R& xc = detail::contiguous<R>(x, keep_x);
   detail::require_same_shape(grad, xc, "gelu_backward", "grad", "x");
   const R& gc = detail::contiguous<R>(grad, keep_g);
-  R dx = R::from_shape(xc.shape());
+  R dx = detail::composite_out<R>(xc.shape());
   if (mode == composite_mode::decompose)
     detail::gelu_backward_decomposition<T>(gc.data(), xc.data(), dx.data(), xc.size(), approximate);
   else
@@ -323,7 +323,7 @@ detail::composite_result_t<E> gelu_backward_from_output(const G& grad, const E& 
   detail::require_same_shape(y, xc, "gelu_backward_from_output", "y", "x");
   const R& gc = detail::contiguous<R>(grad, keep_g);
   const R& yc = detail::contiguous<R>(y, keep_y);
-  R dx = R::from_shape(xc.shape());
+  R dx = detail::composite_out<R>(xc.shape());
   detail::gelu_backward_from_output_kernel<T>(gc.data(), xc.data(), yc.data(), dx.data(), xc.size());
   return dx;
 }

@@ -256,7 +256,7 @@ layer_norm_result<composite_result_t<E>> layer_norm_impl(const E& x, const W* we
     nan.fill(std::numeric_limits<T>::quiet_NaN());
     return {R::from_shape(xc.shape()), nan, nan};
   }
-  layer_norm_result<R> out{R::from_shape(xc.shape()), R::from_shape(sshape), R::from_shape(sshape)};
+  layer_norm_result<R> out{composite_out<R>(xc.shape()), composite_out<R>(sshape), composite_out<R>(sshape)};
   layer_norm_params<T> p{w ? w->data() : nullptr, b ? b->data() : nullptr};
   const auto run = mode == composite_mode::decompose ? &layer_norm_decomposition<T> : &layer_norm_kernel<T>;
   run(xc.data(), out.output.data(), out.mean.data(), out.rstd.data(), xc.size() / n, n, p, static_cast<T>(eps));
@@ -281,7 +281,7 @@ layer_norm_gradients<composite_result_t<E>> layer_norm_backward_impl(const G& gr
   require_same_shape(grad_y, xc, "layer_norm_backward", "grad_y", "x");
   const R& gc = contiguous<R>(grad_y, keep_g);
   const auto sshape = stats_shape(xc.shape());
-  const R sref = R::from_shape(sshape);
+  const shape_ref<decltype(sshape)> sref{sshape};
   require_same_shape(mean, sref, "layer_norm_backward", "mean", "x's shape with the last extent 1");
   require_same_shape(rstd, sref, "layer_norm_backward", "rstd", "x's shape with the last extent 1");
   const R& mc = contiguous<R>(mean, keep_m);
@@ -290,12 +290,14 @@ layer_norm_gradients<composite_result_t<E>> layer_norm_backward_impl(const G& gr
   std::optional<P> keep_w;
   const P* w = affine_param<R>(weight, keep_w, n, "layer_norm_backward", "weight");
   if (xc.size() == 0) {
-    layer_norm_gradients<R> out{R::from_shape(xc.shape()), P::from_shape({n}), P::from_shape({n})};
+    layer_norm_gradients<R> out{composite_out<R>(xc.shape()), composite_out<P>(std::array<std::size_t, 1>{n}),
+                                composite_out<P>(std::array<std::size_t, 1>{n})};
     out.weight.fill(T(0));
     out.bias.fill(T(0));
     return out;
   }
-  layer_norm_gradients<R> out{R::from_shape(xc.shape()), P::from_shape({n}), P::from_shape({n})};
+  layer_norm_gradients<R> out{composite_out<R>(xc.shape()), composite_out<P>(std::array<std::size_t, 1>{n}),
+                              composite_out<P>(std::array<std::size_t, 1>{n})};
   const auto run =
       mode == composite_mode::decompose ? &layer_norm_backward_decomposition<T> : &layer_norm_backward_kernel<T>;
   run(gc.data(), xc.data(), mc.data(), sc.data(), w ? w->data() : nullptr, out.input.data(), out.weight.data(),

@@ -175,7 +175,7 @@ rms_norm_result<composite_result_t<E>> rms_norm_impl(const E& x, double eps, com
     nan.fill(std::numeric_limits<T>::quiet_NaN());
     return {R::from_shape(xc.shape()), nan};
   }
-  rms_norm_result<R> out{R::from_shape(xc.shape()), R::from_shape(sshape)};
+  rms_norm_result<R> out{composite_out<R>(xc.shape()), composite_out<R>(sshape)};
   const auto run = mode == composite_mode::decompose ? &rms_norm_decomposition<T> : &rms_norm_kernel<T>;
   run(xc.data(), out.output.data(), out.rstd.data(), xc.size() / n, n, static_cast<T>(eps));
   return out;
@@ -195,11 +195,12 @@ composite_result_t<E> rms_norm_backward_impl(const G& grad_y, const E& x, const 
   if (xc.dimension() == 0) throw error("xshard: rms_norm_backward: x has rank 0; it normalises over the last dim");
   require_same_shape(grad_y, xc, "rms_norm_backward", "grad_y", "x");
   const R& gc = contiguous<R>(grad_y, keep_g);
-  const R sref = R::from_shape(stats_shape(xc.shape()));
-  require_same_shape(rstd, sref, "rms_norm_backward", "rstd", "x's shape with the last extent 1");
+  const auto sshape = stats_shape(xc.shape());
+  require_same_shape(rstd, shape_ref<decltype(sshape)>{sshape}, "rms_norm_backward", "rstd",
+                     "x's shape with the last extent 1");
   const R& sc = contiguous<R>(rstd, keep_s);
   const std::size_t n = xc.shape()[xc.dimension() - 1];
-  R dx = R::from_shape(xc.shape());
+  R dx = composite_out<R>(xc.shape());
   if (xc.size() == 0) return dx;
   const auto run =
       mode == composite_mode::decompose ? &rms_norm_backward_decomposition<T> : &rms_norm_backward_kernel<T>;

@@ -212,7 +212,7 @@ detail::composite_result_t<E> softmax(const E& x, std::ptrdiff_t dim, composite_
   const R& xc = detail::contiguous<R>(x, keep);
   const std::size_t axis = detail::normalize_dim(dim, xc.dimension(), "softmax");
   if (xc.size() == 0) return R::from_shape(xc.shape());
-  R y = R::from_shape(xc.shape());
+  R y = detail::composite_out<R>(xc.shape());
   if (mode == composite_mode::decompose)
     detail::softmax_decomposition<T>(xc.data(), y.data(), detail::split_at(xc.shape(), axis));
   else
@@ -244,7 +244,7 @@ detail::composite_result_t<Y> softmax_backward(const G& grad_y, const Y& y, std:
   const R& gc = detail::contiguous<R>(grad_y, keep_g);
   const std::size_t axis = detail::normalize_dim(dim, yc.dimension(), "softmax_backward");
   if (yc.size() == 0) return R::from_shape(yc.shape());
-  R dx = R::from_shape(yc.shape());
+  R dx = detail::composite_out<R>(yc.shape());
   if (mode == composite_mode::decompose)
     detail::softmax_backward_decomposition<T>(gc.data(), yc.data(), dx.data(), detail::split_at(yc.shape(), axis));
   else

@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "../core/error.hpp"
+#include "../core/workspace.hpp"
 #include "../nn/layer.hpp"
 
 namespace xshard {
@@ -105,6 +106,12 @@ struct remat_saved {
   std::optional<typename L::residuals> residuals;  // save_all
   std::optional<typename L::input> input;          // recompute; dots_saveable unless restores_from_dots
   std::optional<typename detail::dots_of<L, detail::saves_dots<L>>::type> dots;  // dots_saveable
+  /// Hands what it holds to the current workspace (detail::recycle).
+  friend void recycle_parts(remat_saved&& s) {
+    detail::recycle(std::move(s.residuals));
+    detail::recycle(std::move(s.input));
+    detail::recycle(std::move(s.dots));
+  }
 };
 
 /// One layer's forward under `policy`: its output and what it keeps. `p`
@@ -119,12 +126,15 @@ std::pair<typename L::output, remat_saved<L>> remat_forward(const L& l, const P&
       s.residuals.emplace(std::move(r));
       return {std::move(y), std::move(s)};
     }
-    case remat::recompute:
-      s.input.emplace(x);
-      return {l.forward(p, x).first, std::move(s)};
+    case remat::recompute: {
+      s.input.emplace(detail::fresh_copy_of(x));
+      auto [y, r] = l.forward(p, x);
+      detail::recycle(std::move(r));  // not kept: to the workspace, if any
+      return {std::move(y), std::move(s)};
+    }
     case remat::dots_saveable:
       if constexpr (detail::saves_dots<L>) {
-        if constexpr (!detail::restores_from_dots<L>) s.input.emplace(x);
+        if constexpr (!detail::restores_from_dots<L>) s.input.emplace(detail::fresh_copy_of(x));
         auto [y, d] = l.forward_saving_dots(p, x);
         s.dots.emplace(std::move(d));
         return {std::move(y), std::move(s)};
@@ -145,7 +155,11 @@ typename L::residuals remat_residuals(const L& l, const P& p, remat_saved<L>&& s
       else
         return l.restore(p, *s.input, *s.dots);
     }
-  if (s.input) return l.forward(p, *s.input).second;
+  if (s.input) {
+    auto [y, r] = l.forward(p, *s.input);
+    detail::recycle(std::move(y));  // not needed: to the workspace, if any
+    return std::move(r);
+  }
   throw error("xshard: remat_residuals: nothing was saved for this layer");
 }
 

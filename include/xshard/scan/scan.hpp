@@ -40,6 +40,7 @@
 #include <xtensor/xview.hpp>
 
 #include "../core/error.hpp"
+#include "../core/tensor_traits.hpp"  // is_tuple_like
 #include "../core/text.hpp"
 #include "../trace/trace.hpp"
 
@@ -58,13 +59,6 @@ struct scan_options {
 };
 
 namespace detail {
-
-template <class T>
-struct is_tuple_like : std::false_type {};
-template <class... T>
-struct is_tuple_like<std::tuple<T...>> : std::true_type {};
-template <class A, class B>
-struct is_tuple_like<std::pair<A, B>> : std::true_type {};
 
 template <class T>
 concept shaped = requires(const T& t) {

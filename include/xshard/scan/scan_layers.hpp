@@ -38,6 +38,7 @@
 #include "../core/error.hpp"
 #include "../core/text.hpp"         // detail::shape_text
 #include "../core/thread_pool.hpp"  // parallel_ranges: stacking copies over the pool
+#include "../core/workspace.hpp"
 #include "../nn/layer.hpp"
 #include "../spmd/einsum.hpp"
 #include "../spmd/sharded.hpp"
@@ -273,6 +274,17 @@ class scan_layers_pullback {
  public:
   scan_layers_pullback(const L& l, const stacked_params<L>& params, std::vector<remat_saved<L>> saved)
       : layer_(&l), params_(&params), saved_(std::move(saved)) {}
+  scan_layers_pullback(scan_layers_pullback&&) noexcept = default;
+  scan_layers_pullback& operator=(scan_layers_pullback&&) noexcept = default;
+  /// Gives what is left (all of it when the pullback never ran) and the
+  /// list's capacity to the current workspace, if any.
+  ~scan_layers_pullback() {
+    workspace* const w = workspace::current();
+    if (!w || saved_.capacity() == 0) return;
+    for (auto& s : saved_) detail::recycle(std::move(s));
+    saved_.clear();
+    w->give_object(std::move(saved_));
+  }
 
   /// The stacked parameter gradients and the input gradient for the
   /// output gradient gy.
@@ -337,14 +349,24 @@ class scan_layers_pullback {
     used_ = true;
     const std::size_t n = saved_.size();
     if (n == 0) throw error("xshard: scan_layers_vjp: an empty stack has no gradients");
+    // What each layer is done with goes back to the current workspace, if
+    // any (detail::recycle; else it is freed): its residuals once its vjp
+    // ran, its gradients once take() had them, the output gradient once
+    // the next one is made.
     for (std::size_t i = n; i-- > 0;) {
       const trace_me t("scan_layers/backward", {{"layer", i}});
       const auto p = detail::layer_args<L>(*params_, i);
-      auto r = detail::in_layer(  // not a structured binding: Clang 14 cannot capture one in a lambda
-          i, "backward", [&] { return layer_->vjp(p, remat_residuals(*layer_, p, std::move(saved_[i])), gy); });
-      saved_.pop_back();  // free as we go
+      auto r = detail::in_layer(i, "backward", [&] {
+        auto res = remat_residuals(*layer_, p, std::move(saved_[i]));
+        auto out = layer_->vjp(p, res, gy);
+        detail::recycle(std::move(res));
+        return out;
+      });
+      detail::recycle(std::move(saved_[i]));  // what remat_residuals left (a recompute's input)
+      saved_.pop_back();                      // free as we go
       take(i, std::move(r.first));
-      gy = std::move(r.second);
+      detail::recycle(std::move(r.first));  // moved-from when take kept them
+      detail::recycle(std::exchange(gy, std::move(r.second)));
     }
     return gy;
   }
@@ -376,14 +398,16 @@ template <stackable_layer L>
 std::pair<typename L::output, scan_layers_pullback<L>> scan_layers_vjp(const L& l, const stacked_params<L>& params,
                                                                        typename L::input x, remat policy) {
   const std::size_t n = stack_depth<L>(params);
-  std::vector<remat_saved<L>> saved;
+  workspace* const w = workspace::current();
+  // The list of the last step's pullback, when a workspace kept it.
+  std::vector<remat_saved<L>> saved = w ? w->take_object<std::vector<remat_saved<L>>>() : std::vector<remat_saved<L>>();
   saved.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
     const trace_me t("scan_layers/forward", {{"layer", i}});
     auto [y, s] =
         detail::in_layer(i, "forward", [&] { return remat_forward(l, detail::layer_args<L>(params, i), x, policy); });
     saved.push_back(std::move(s));
-    x = std::move(y);
+    detail::recycle(std::exchange(x, std::move(y)));  // what a layer kept of its input, it copied
   }
   return {std::move(x), scan_layers_pullback<L>(l, params, std::move(saved))};
 }

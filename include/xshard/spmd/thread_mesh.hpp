@@ -66,6 +66,7 @@
 #include "../core/error.hpp"
 #include "../core/fiber.hpp"
 #include "../core/thread_pool.hpp"
+#include "../core/workspace.hpp"
 #include "../mesh/mesh.hpp"
 #include "../trace/trace.hpp"
 #include "arch/x86.hpp"
@@ -570,6 +571,7 @@ class device_threads {
     job_fn job;
     void* ctx;
     std::vector<trace_thread_state> traces;  // each device's open scopes and trace buffer
+    std::vector<workspace*> workspaces;      // each device's current workspace (workspace::scope)
   };
 
   /// Worker thread for devices [first, last).
@@ -583,7 +585,12 @@ class device_threads {
     const trace_device_scope trace_device(mesh_.ids()[static_cast<std::size_t>(first)]);
     const auto count = static_cast<std::size_t>(last - first);
     std::unique_ptr<fiber_host> host;
-    fiber_worker w{this, first, nullptr, nullptr, std::vector<trace_thread_state>(count > 1 ? count : 0)};
+    fiber_worker w{this,
+                   first,
+                   nullptr,
+                   nullptr,
+                   std::vector<trace_thread_state>(count > 1 ? count : 0),
+                   std::vector<workspace*>(count > 1 ? count : 0)};
     if (count > 1) host = std::make_unique<fiber_host>(count);
     std::uint64_t seen = 0;
     while (true) {
@@ -614,6 +621,7 @@ class device_threads {
     const std::size_t p = static_cast<std::size_t>(fw.first) + (i == fiber_host::npos ? 0 : i);
     trace_device = fw.self->mesh_.ids()[p];
     trace_fiber_state = i == fiber_host::npos ? nullptr : &fw.traces[i];
+    workspace_fiber_slot = i == fiber_host::npos ? nullptr : &fw.workspaces[i];
   }
   /// Runs device p's body: its failure poisons the mesh; then it has left.
   void run_device(job_fn job, void* ctx, std::int64_t p) {
