@@ -730,7 +730,8 @@ void describe_setup() {
   if (coretype == nullptr || *coretype == '\0')
     std::fprintf(stderr,
                  "WARNING: OPENBLAS_CORETYPE is not set. It is read when libopenblas loads (before main), so "
-                 "setting it here is too late; run with OPENBLAS_CORETYPE=Cooperlake (bench/run_einsum.sh does).\n");
+                 "setting it here is too late; run with OPENBLAS_CORETYPE=Cooperlake on an AVX-512 CPU, Haswell on "
+                 "an AVX2 one (bench/run_einsum.sh picks it).\n");
   const char* env_threads = std::getenv("OPENBLAS_NUM_THREADS");
   if (env_threads != nullptr && std::atoi(env_threads) != static_cast<int>(g_threads))
     std::fprintf(stderr, "WARNING: OPENBLAS_NUM_THREADS=%s but XSHARD_NUM_THREADS gives %zu; using %zu for both\n",

@@ -9,7 +9,7 @@ packages python3-numpy and python3-torch, which link Debian's OpenBLAS.
 Every thread count runs in its own subprocess, because OpenBLAS reads
 OPENBLAS_NUM_THREADS and OPENBLAS_CORETYPE when it is loaded. The subprocess
 gets OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = MKL_NUM_THREADS = the thread
-count and OPENBLAS_CORETYPE (Cooperlake unless already set; see
+count and OPENBLAS_CORETYPE (unless already set: Cooperlake on an AVX-512 CPU, Haswell otherwise; see
 ../shared/PERF-NOTES.md), and calls torch.set_num_threads(threads).
 
 fp32 operands, uniform in [-1, 1), made once per case. Per library and case:
@@ -128,6 +128,15 @@ def worker(threads, reps, min_time, libs):
     return result
 
 
+def default_coretype():
+    """OpenBLAS's AVX-512 kernels where the CPU has AVX-512, its AVX2 ones otherwise."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "Cooperlake" if " avx512f" in f.read() else "Haswell"
+    except OSError:
+        return "Haswell"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results/peers.json")
@@ -147,7 +156,7 @@ def main():
     runs = []
     for t in args.threads:
         env = dict(os.environ)
-        env.setdefault("OPENBLAS_CORETYPE", "Cooperlake")
+        env.setdefault("OPENBLAS_CORETYPE", default_coretype())
         for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env[k] = str(t)
         print(f"peers.py: {t} thread(s), OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}", file=sys.stderr, flush=True)

@@ -14,7 +14,7 @@
 #    XSHARD_BENCH_DEPS=1 scripts/install-deps.sh.
 # 2. Runs bench/einsum once per thread count t in $THREADS (default "1 2") with
 #    XSHARD_NUM_THREADS = OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = t,
-#    OPENBLAS_CORETYPE=Cooperlake (OpenBLAS reads it when it loads; without it
+#    OPENBLAS_CORETYPE=Cooperlake, or Haswell on a CPU without AVX-512 (OpenBLAS reads it when it loads; without it
 #    the comparison is meaningless, see ../shared/PERF-NOTES.md) and
 #    --benchmark_repetitions=$REPS (default 5) --benchmark_report_aggregates_only=true,
 #    writing $OUT/einsum_t<t>.json (and the console output to .txt).
@@ -45,7 +45,14 @@ case "$ISA" in
     exit 2
     ;;
 esac
-export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Cooperlake}"
+# OpenBLAS's AVX-512 kernels (Cooperlake) where the CPU has AVX-512, its
+# AVX2 ones (Haswell) otherwise: Cooperlake on an AVX2-only CPU would stop
+# on its first AVX-512 instruction.
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+  export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Cooperlake}"
+else
+  export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
+fi
 
 # numpy and torch are Debian packages: prefer Debian's interpreter over any
 # python3 earlier on PATH (pyenv and the like do not see them).
