@@ -174,6 +174,8 @@ mesh_run train_on_mesh(const data_set& data, const std::vector<DenseBlock::param
     }
 #endif
     const bool lead = dev.id() == 0;
+    xshard::workspace ws;  // this device's (its fiber keeps it current)
+    const xshard::workspace::scope use(ws);
     for (std::size_t i = 0; i < steps; ++i) {
       const std::size_t step = first_step + i;
       if (lead && i + traced_steps == steps) tracer.start();
