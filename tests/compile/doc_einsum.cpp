@@ -17,10 +17,11 @@ namespace {
 namespace einsum_hpp {
 [[maybe_unused]] void example(const xt::xtensor<float, 3>& x, const xt::xtensor<float, 2>& w,
                               xt::xtensor<float, 3>& out, const xt::xtensor<float, 3>& a,
-                              const xt::xtensor<float, 3>& b) {
+                              const xt::xtensor<float, 3>& b, const xt::xtensor<float, 1>& bias) {
   xt::xtensor<float, 3> y = xshard::einsum<"...n,mn->...m">(x, w);  // checked at compile time
   xt::xarray<float> y2 = xshard::einsum("...n,mn->...m", x, w);      // same parser, at run time
   xshard::einsum_into<"bij,bjk->bik">(out, a, b);                   // no allocation
+  xt::xtensor<float, 3> h = xshard::einsum_bias<"...n,mn->...m">(bias, x, w);  // + bias in the GEMM
 }
 }  // namespace einsum_hpp
 

@@ -212,4 +212,119 @@ TEST(EinsumBlocking, KeptOffsetTablesFollowShapesAndLayouts) {
     }
 }
 
+// einsum_bias: the bias added in the GEMM's epilogue (as the last K block
+// stores C), across the tile edges (N = 45 ends in a partial panel, K = 800
+// crosses KC twice, so only the last K block may add it), in the layouts the
+// driver treats differently, against the naive loop plus the bias, and bit
+// for bit equal to einsum then a separate + (the same order); and where
+// the result's last dim is not the GEMM's N (a batch label, a single
+// operand), the bias written first. Run under XSHARD_ISA=avx2 and generic
+// too (isa.*).
+TEST(EinsumBlocking, BiasInTheEpilogue) {
+  xt::random::seed(7);
+  const xt::xtensor<float, 2> x = xt::random::randn<float>({M, K});
+  const xt::xtensor<float, 2> w = xt::random::randn<float>({N, K});  // a linear layer's weight [out, in]
+  const xt::xtensor<float, 2> stack = xt::random::randn<float>({std::size_t{3}, N});
+  const auto bias = xt::view(stack, 1, xt::all());  // a row of a parameter stack, read in place
+  const auto want = naive(
+      1, M, N, K, [&](std::size_t, std::size_t i, std::size_t p) { return double(x(i, p)); },
+      [&](std::size_t, std::size_t p, std::size_t j) { return double(w(j, p)); });
+  // The reference plus bias[j] in every row of every batch.
+  auto plus_bias = [](std::vector<double> c, std::size_t n, auto bias_at) {
+    for (std::size_t e = 0; e < c.size(); ++e) c[e] += double(bias_at(e % n));
+    return c;
+  };
+  const auto c =
+      same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum_bias<"...n,mn->...m">(bias, x, w)); });
+  expect_close(
+      plus_bias(want, N, [&](std::size_t j) { return bias(j); }), 1, M, N, K,
+      [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); }, "...n,mn->...m + bias");
+  EXPECT_TRUE((c == xt::xtensor<float, 2>(xshard::einsum<"...n,mn->...m">(x, w) + bias)));
+  // A training step's rows (64) and a B read in place (few rows).
+  const xt::xtensor<float, 2> wt = xt::transpose(w);  // [in, out]: "...n,nm->...m" reads its rows in place
+  for (std::size_t m : {std::size_t{64}, std::size_t{7}}) {
+    const auto xm = xt::view(x, xt::range(0, static_cast<long>(m)), xt::all());
+    const auto want_m =
+        plus_bias(naive(
+                      1, m, N, K, [&](std::size_t, std::size_t i, std::size_t p) { return double(x(i, p)); },
+                      [&](std::size_t, std::size_t p, std::size_t j) { return double(w(j, p)); }),
+                  N, [&](std::size_t j) { return bias(j); });
+    const auto cm = same_for_thread_counts(
+        [&] { return xt::xtensor<float, 2>(xshard::einsum_bias<"...n,mn->...m">(bias, xm, w)); });
+    const auto cm_t = same_for_thread_counts(
+        [&] { return xt::xtensor<float, 2>(xshard::einsum_bias<"...n,nm->...m">(bias, xm, wt)); });
+    expect_close(
+        want_m, 1, m, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(cm(i, j)); },
+        std::to_string(m) + " rows + bias");
+    expect_close(
+        want_m, 1, m, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(cm_t(i, j)); },
+        std::to_string(m) + " rows, B in place, + bias");
+    EXPECT_TRUE((cm == xt::xtensor<float, 2>(xshard::einsum<"...n,mn->...m">(xm, w) + bias))) << m;
+    EXPECT_TRUE((cm_t == xt::xtensor<float, 2>(xshard::einsum<"...n,nm->...m">(xm, wt) + bias))) << m;
+  }
+  // K = 0: the result is the bias in every row.
+  const xt::xtensor<float, 2> x0 = xt::zeros<float>({std::size_t{5}, std::size_t{0}});
+  const xt::xtensor<float, 2> w0 = xt::zeros<float>({N, std::size_t{0}});
+  const auto c0 = xt::xtensor<float, 2>(xshard::einsum_bias<"...n,mn->...m">(bias, x0, w0));
+  for (std::size_t i = 0; i < 5; ++i)
+    for (std::size_t j = 0; j < N; ++j) EXPECT_EQ(c0(i, j), bias(j)) << i << "," << j;
+  // Batched, double, the result's last dim a GEMM N of a batch of products.
+  const xt::xtensor<double, 3> a3 = xt::random::randn<double>({2, 29, 50});
+  const xt::xtensor<double, 3> b3 = xt::random::randn<double>({2, 50, 37});
+  const xt::xtensor<double, 1> bias3 = xt::random::randn<double>({37});
+  const auto c3 = xshard::einsum_bias<"bik,bkj->bij">(bias3, a3, b3);
+  const auto want3 = naive(
+      2, 29, 37, 50, [&](std::size_t bi, std::size_t i, std::size_t p) { return a3(bi, i, p); },
+      [&](std::size_t bi, std::size_t p, std::size_t j) { return b3(bi, p, j); });
+  expect_close(
+      plus_bias(want3, 37, [&](std::size_t j) { return bias3(j); }), 2, 29, 37, 50,
+      [&](std::size_t bi, std::size_t i, std::size_t j) { return c3(bi, i, j); }, "bik,bkj->bij + bias (double)");
+}
+
+TEST(EinsumBlocking, BiasWhereTheLastDimIsNotN) {
+  xt::random::seed(8);
+  // The last label is in both operands (a batch label of the GEMM).
+  const xt::xtensor<float, 2> a = xt::random::randn<float>({20, 33});
+  const xt::xtensor<float, 2> b = xt::random::randn<float>({33, 20});
+  const xt::xtensor<float, 1> bias = xt::random::randn<float>({20});
+  const xt::xtensor<float, 1> c = xshard::einsum_bias<"ik,ki->i">(bias, a, b);
+  for (std::size_t i = 0; i < 20; ++i) {
+    double want = bias(i);
+    for (std::size_t k = 0; k < 33; ++k) want += double(a(i, k)) * double(b(k, i));
+    EXPECT_NEAR(c(i), want, 1e-4 * (1 + std::abs(want))) << i;
+  }
+  // One operand (a reduction): the column sums plus the bias.
+  const xt::xtensor<float, 1> bias33 = xt::random::randn<float>({33});
+  const xt::xtensor<float, 1> s = xshard::einsum_bias<"ij->j">(bias33, a);
+  for (std::size_t j = 0; j < 33; ++j) {
+    double want = bias33(j);
+    for (std::size_t i = 0; i < 20; ++i) want += double(a(i, j));
+    EXPECT_NEAR(s(j), want, 1e-4 * (1 + std::abs(want))) << j;
+  }
+  // A transposed result: the last label is the GEMM's M.
+  const xt::xtensor<float, 2> x = xt::random::randn<float>({17, 40});
+  const xt::xtensor<float, 2> w = xt::random::randn<float>({23, 40});
+  const xt::xtensor<float, 1> bias17 = xt::random::randn<float>({17});
+  const xt::xtensor<float, 2> t = xshard::einsum_bias<"bn,mn->mb">(bias17, x, w);
+  for (std::size_t m = 0; m < 23; ++m)
+    for (std::size_t bi = 0; bi < 17; ++bi) {
+      double want = bias17(bi);
+      for (std::size_t k = 0; k < 40; ++k) want += double(x(bi, k)) * double(w(m, k));
+      EXPECT_NEAR(t(m, bi), want, 1e-4 * (1 + std::abs(want))) << m << "," << bi;
+    }
+}
+
+TEST(EinsumBlocking, BiasOfTheWrongLengthNamesBothShapes) {
+  const xt::xtensor<float, 2> x = xt::ones<float>({4, 3});
+  const xt::xtensor<float, 2> w = xt::ones<float>({6, 3});
+  const xt::xtensor<float, 1> bias = xt::ones<float>({5});
+  try {
+    (void)xshard::einsum_bias<"...n,mn->...m">(bias, x, w);
+    ADD_FAILURE() << "no error";
+  } catch (const xshard::error& e) {
+    EXPECT_NE(std::string(e.what()).find("a bias of shape [5] for a result of shape [4,6]"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <xshard/graph/graph.hpp>
 #include <xshard/nn/mlp.hpp>
 #include <xshard/scan/scan_layers.hpp>
@@ -85,6 +86,12 @@ static_assert(
     g::layer<mlp_def<double, xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>>::backward_collectives() ==
     xshard_test::hand::mlp_block<double,
                                  xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>::backward_collectives());
+
+// On a mesh nothing is fused (an einsum's partial sums are all-reduced
+// after its GEMM, before the bias may be added): the graph as written.
+static_assert(
+    std::is_same_v<g::layer<mlp_def<double, xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>>::graph_type,
+                   g::layer<mlp_def<double, xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>>::written_type>);
 
 TEST(GraphSharded, DataModelMlpOn2x2) {
   expect_sharded_mlp_equals_one_device<xshard::mesh<"data=2, model=2">, 1, 5, true>();

@@ -5,6 +5,7 @@
 // errors naming the node, trace scopes. Sharded graphs: graph_sharded_test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <string_view>
@@ -64,7 +65,7 @@ TEST(Graph, RematPoliciesKeepWhatTheyNameAndGiveIdenticalGradients) {
       {"save_all", L::forward_with<g::policy::save_all>(p, x), 3, x_bytes + 2 * h_bytes},
       // x only: the backward reruns the forward
       {"recompute", L::forward_with<g::policy::recompute>(p, x), 1, x_bytes},
-      // x and x W1^T (h and gelu(h) are recomputed from it)
+      // x and x W1^T + b1, one einsum node with its bias (gelu(h) is recomputed from it)
       {"dots_saveable", L::forward_with<g::policy::dots_saveable>(p, x), 2, x_bytes + h_bytes},
       // x and the node named "h"
       {"save_only<h>", L::forward_with<g::policy::save_only<"h">>(p, x), 2, x_bytes + h_bytes},
@@ -84,6 +85,86 @@ TEST(Graph, RematPoliciesKeepWhatTheyNameAndGiveIdenticalGradients) {
   using P = L::program_type;
   static_assert(std::ranges::count(g::kept_nodes<g::policy::save_all>(P::g), true) == 3);
   static_assert(std::ranges::count(g::kept_nodes<g::policy::recompute>(P::g), true) == 1);
+}
+
+// ---- einsum + bias: one node on one device
+
+// A layer whose forward is F (input [5,4], parameters w [6,4], b [6], m [5,6]).
+template <class F>
+struct bias_def {
+  using input = xt::xtensor<double, 2>;
+  using params = std::tuple<xt::xtensor<double, 2>, xt::xtensor<double, 1>, xt::xtensor<double, 2>>;
+  static constexpr std::array<std::string_view, 3> param_names{"w", "b", "m"};
+  template <class X, class W, class B, class M>
+  static auto forward(X x, W w, B b, M m) {
+    return F{}(x, w, b, m);
+  }
+};
+// The forwards of the fusion tests (x, w, b, m as above).
+struct bias_plain {
+  auto operator()(auto x, auto w, auto b, auto) const { return g::einsum<"...n,mn->...m">(x, w) + b; }
+};
+struct bias_left {
+  auto operator()(auto x, auto w, auto b, auto) const { return b + g::einsum<"...n,mn->...m">(x, w); }
+};
+struct bias_read_twice {
+  auto operator()(auto x, auto w, auto b, auto) const {
+    auto u = g::einsum<"...n,mn->...m">(x, w);
+    return (u + b) * u;
+  }
+};
+struct bias_named {
+  auto operator()(auto x, auto w, auto b, auto) const { return g::save<"u">(g::einsum<"...n,mn->...m">(x, w)) + b; }
+};
+struct bias_matrix {
+  auto operator()(auto x, auto w, auto, auto m) const { return g::einsum<"...n,mn->...m">(x, w) + m; }
+};
+
+/// How many nodes of L's evaluated graph are an einsum with its bias.
+template <class L>
+constexpr std::size_t fused_nodes() {
+  return static_cast<std::size_t>(
+      std::ranges::count_if(L::program_type::g, [](const g::node_info& n) { return n.text.ends_with(" + bias"); }));
+}
+
+// The MLP's two linear layers each become one node (the bias added in the
+// GEMM's epilogue): two nodes fewer, and the same bits as the graph as
+// written, where the einsum and the + are separate passes.
+TEST(Graph, EinsumPlusBiasIsOneNodeOnOneDevice) {
+  using L = graph_mlp<double>;
+  using written = g::program<L::written_type, g::detail::decl_t<mlp_def<double>>>;
+  static_assert(fused_nodes<L>() == 2);
+  static_assert(written::size == L::program_type::size + 2);
+  xt::random::seed(12);
+  const auto p = mlp_params<double>(4, 6);
+  const xt::xtensor<double, 2> x = randn<double, 2>({5, 4});
+  const auto fused = L::program_type::evaluate(x, std::get<0>(p), std::get<1>(p), std::get<2>(p), std::get<3>(p));
+  const auto apart = written::evaluate(x, std::get<0>(p), std::get<1>(p), std::get<2>(p), std::get<3>(p));
+  EXPECT_EQ(fused, apart);
+  // A bias on the left fuses too.
+  static_assert(fused_nodes<g::layer<bias_def<bias_left>>>() == 1);
+}
+
+// Where fusing would change what is computed or kept, the graph stays as
+// written: the einsum's value read elsewhere, named for a remat policy, or
+// added to something that is not a rank-1 bias; and numpy's broadcast of a
+// length-1 bias still works through the fused node.
+TEST(Graph, EinsumPlusBiasStaysApartWhereItMust) {
+  static_assert(fused_nodes<g::layer<bias_def<bias_read_twice>>>() == 0);
+  static_assert(fused_nodes<g::layer<bias_def<bias_named>>>() == 0);
+  static_assert(fused_nodes<g::layer<bias_def<bias_matrix>>>() == 0);
+  using L = g::layer<bias_def<bias_plain>>;
+  static_assert(fused_nodes<L>() == 1);
+  xt::random::seed(13);
+  const xt::xtensor<double, 2> x = randn<double, 2>({5, 4}), w = randn<double, 2>({6, 4}), m = randn<double, 2>({5, 6});
+  const xt::xtensor<double, 1> one = randn<double, 1>({1});
+  const xt::xtensor<double, 2> gy = randn<double, 2>({5, 6});
+  auto [y, r] = L{}.forward(L::params{w, one, m}, x);
+  const xt::xtensor<double, 2> want = xshard::einsum<"...n,mn->...m">(x, w) + one(0);
+  EXPECT_EQ(y, want);
+  auto [gp, gx] = L{}.vjp(L::params{w, one, m}, r, gy);
+  EXPECT_NEAR(std::get<1>(gp)(0), xt::sum(gy)(), 1e-12);
+  EXPECT_LT(max_diff(gx, xt::xtensor<double, 2>(xshard::einsum<"...m,mn->...n">(gy, w))), 1e-12);
 }
 
 // ---- every op against central finite differences (double)
@@ -380,12 +461,15 @@ TEST(Graph, RunTimeErrorsNameTheNode) {
   using T = double;
   graph_mlp<T>::params p{xt::zeros<T>({6, 3}), xt::zeros<T>({6}), xt::zeros<T>({4, 6}), xt::zeros<T>({4})};
   const xt::xtensor<T, 2> x = xt::zeros<T>({5, 4});  // 4 columns, W1 has 3
-  EXPECT_XSHARD_ERROR((void)graph_mlp<T>{}.forward(p, x), "(graph node 2 (einsum ...n,mn->...m))");
-  // The bias add after it: a bias of the wrong length, in the node named h.
+  // On one device the layer evaluates x W1^T + b1 as one node (the bias in
+  // the GEMM's epilogue), the + named h: errors name that node.
+  EXPECT_XSHARD_ERROR((void)graph_mlp<T>{}.forward(p, x),
+                      "in \"...n,mn->...m\" (graph node 3 (einsum ...n,mn->...m + bias, named h))");
+  // Its bias of the wrong length.
   p = {xt::zeros<T>({6, 4}), xt::zeros<T>({5}), xt::zeros<T>({4, 6}), xt::zeros<T>({4})};
   EXPECT_XSHARD_ERROR((void)graph_mlp<T>{}.forward(p, x),
-                      "xshard::graph: + of shapes [5,6] and [5] does not broadcast (dim -1: 6 vs 5) (graph node 4 "
-                      "(+, named h))");
+                      "xshard::graph: + of shapes [5,6] and [5] does not broadcast (dim -1: 6 vs 5) (graph node 3 "
+                      "(einsum ...n,mn->...m + bias, named h))");
 }
 
 }  // namespace

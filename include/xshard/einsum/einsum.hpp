@@ -4,6 +4,7 @@
 //   xt::xtensor<float, 3> y = xshard::einsum<"...n,mn->...m">(x, w);  // checked at compile time
 //   xt::xarray<float> y2 = xshard::einsum("...n,mn->...m", x, w);      // same parser, at run time
 //   xshard::einsum_into<"bij,bjk->bik">(out, a, b);                   // no allocation
+//   xt::xtensor<float, 3> h = xshard::einsum_bias<"...n,mn->...m">(bias, x, w);  // + bias in the GEMM
 //
 // Operands: xt::xtensor, xt::xtensor_fixed, xt::xarray and strided views
 // (transposed, sliced) are read in place through their strides; any other
@@ -19,6 +20,9 @@
 // (a label summed inside one operand is in K with stride 0 in the other;
 // size-1 broadcasting is stride 0; a diagonal sums the strides); three or
 // more follow plan_einsum's greedy pairwise order through dense intermediates.
+// einsum_bias adds a rank-1 bias along the result's last dim as the GEMM
+// stores its result (the micro-kernel's epilogue, after the last K block),
+// in the order of a separate `+ bias`, so with the same bits.
 // The typed API on one or two small row-major operands of static shape
 // (xt::xtensor_fixed) runs einsum/fixed.hpp instead: the same groups planned
 // at compile time, loops with constant bounds, no allocation by einsum_into.
@@ -178,10 +182,43 @@ struct gemm_cache {
   }
 };
 
-/// C (labels c_labels, strides c_strides) (+)= contraction of A and B.
+/// A bias added along the output's last dim (einsum_bias): its values and
+/// their stride.
+template <class T>
+struct bias_operand {
+  const T* data = nullptr;
+  std::ptrdiff_t stride = 1;
+};
+
+/// C[..., l] = bias[l] over C's whole index space (a bias the GEMM's
+/// epilogue cannot add: C is then accumulated into).
+template <class T>
+void fill_bias(T* c, std::span<const int> c_labels, std::span<const std::ptrdiff_t> c_strides,
+               const einsum_extents& ext, const bias_operand<T>& bias) {
+  const std::size_t rank = c_labels.size();
+  extent_list idx, shape;
+  for (std::size_t d = 0; d < rank; ++d) {
+    idx.push_back(0);
+    shape.push_back(static_cast<std::size_t>(ext.of[c_labels[d]]));
+    if (shape[d] == 0) return;
+  }
+  while (true) {
+    std::ptrdiff_t at = 0;
+    for (std::size_t d = 0; d < rank; ++d) at += static_cast<std::ptrdiff_t>(idx[d]) * c_strides[d];
+    c[at] = bias.data[static_cast<std::ptrdiff_t>(idx[rank - 1]) * bias.stride];
+    std::size_t d = rank;
+    while (d > 0 && ++idx[d - 1] == shape[d - 1]) idx[--d] = 0;
+    if (d == 0) return;
+  }
+}
+
+/// C (labels c_labels, strides c_strides) (+)= contraction of A and B
+/// (+ bias along C's last label: in the GEMM's epilogue when that label is
+/// one of N's, else written into C first).
 template <class T>
 void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<const int> c_labels,
-                   std::span<const std::ptrdiff_t> c_strides, const einsum_extents& ext, bool accumulate) {
+                   std::span<const std::ptrdiff_t> c_strides, const einsum_extents& ext, bool accumulate,
+                   const bias_operand<T>* bias = nullptr) {
   const label_strides sc = output_strides_by_label(c_labels, c_strides, ext);
   label_strides sa = strides_by_label(a, ext), sb = strides_by_label(b, ext);
   // Make the output's fastest label an N label so C rows are contiguous.
@@ -240,6 +277,28 @@ void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<c
   g.a = a.data;
   g.b = b.data;
   g.c = c;
+  g.bias = nullptr;
+  if (bias) {
+    const int last = c_labels.back();
+    bool in_n = false;
+    for (int id : n) in_n = in_n || id == last;
+    if (!in_n) {  // C's last label is not along N (e.g. a batch label): C starts as the bias
+      fill_bias(c, c_labels, c_strides, ext, *bias);
+      accumulate = true;
+    } else {
+      // Column j's bias (the odometer order of N's table), then zeros to a
+      // whole panel of the widest kernel (32 elements) past N.
+      label_strides by_bias;
+      by_bias.has[last] = true;
+      by_bias.s[last] = bias->stride;
+      thread_local offsets at;
+      thread_local std::vector<T> columns;
+      fill_offsets(n, ext, {{&by_bias, &at}});
+      columns.assign(at.size() + 32, T(0));
+      for (std::size_t j = 0; j < at.size(); ++j) columns[j] = bias->data[at[j]];
+      g.bias = columns.data();
+    }
+  }
   g.accumulate = accumulate;
   run_gemm(g);
 }
@@ -277,14 +336,18 @@ inline stride_list row_major_strides(std::span<const std::int64_t> shape) {
 template <class T>
 void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, operand_list<T> ops, T* c,
                     std::span<const std::ptrdiff_t> c_strides, bool accumulate,
-                    const contraction_order* static_plan = nullptr) {
+                    const contraction_order* static_plan = nullptr, const bias_operand<T>* bias = nullptr) {
   std::span<const int> c_labels(bind.output_labels.begin(), bind.output_labels.end());
   if (ops.size() == 1) {
+    if (bias) {
+      fill_bias(c, c_labels, c_strides, ext, *bias);
+      accumulate = true;
+    }
     reduce_single(ops[0], c, c_labels, c_strides, ext, accumulate);
     return;
   }
   if (ops.size() == 2) {  // the one step any plan has: no plan to make
-    contract_pair(ops[0], ops[1], c, c_labels, c_strides, ext, accumulate);
+    contract_pair(ops[0], ops[1], c, c_labels, c_strides, ext, accumulate, bias);
     return;
   }
   const contraction_order plan = static_plan ? *static_plan : plan_einsum(bind, ext);  // compile-time plan if given
@@ -296,7 +359,7 @@ void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, opera
     ops.erase_at(static_cast<std::size_t>(st.rhs));
     ops.erase_at(static_cast<std::size_t>(st.lhs));
     if (s + 1 == plan.steps.size()) {
-      contract_pair(lhs, rhs, c, c_labels, c_strides, ext, accumulate);
+      contract_pair(lhs, rhs, c, c_labels, c_strides, ext, accumulate, bias);
       return;
     }
     strided_operand<T> t;
@@ -390,6 +453,7 @@ template <class T>
 struct output_target {
   T* data;
   stride_list strides;
+  bool with_bias = true;  ///< add the call's bias, if any (false: the product alone)
 };
 /// A tensor's strides as an output target's.
 template <class E>
@@ -401,7 +465,7 @@ stride_list strides_of(const E& e) {
 
 template <class T, class Alloc, class... E>
 void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate,
-                const contraction_order* plan, const E&... operands);
+                const contraction_order* plan, const bias_operand<T>* bias, const E&... operands);
 
 }  // namespace detail
 
@@ -605,7 +669,7 @@ auto einsum(const E0& first, const E&... rest) {
           out = detail::make_result<T, rank>(shape);
           return detail::output_target<T>{out.data(), detail::strides_of(out)};
         },
-        false, detail::static_plan<Eq, E0, E...>(), first, rest...);
+        false, detail::static_plan<Eq, E0, E...>(), nullptr, first, rest...);
     return out;
   }
 }
@@ -623,7 +687,7 @@ xt::xarray<detail::value_t<E0>> einsum(std::string_view equation, const E0& firs
         out = detail::make_result<T, -1>(shape);
         return detail::output_target<T>{out.data(), detail::strides_of(out)};
       },
-      false, nullptr, first, rest...);
+      false, nullptr, nullptr, first, rest...);
   return out;
 }
 
@@ -652,15 +716,83 @@ void einsum_into(Out& out, const E0& first, const E&... rest) {
           detail::check_output<T>(out, shape, Eq.view());
           return detail::output_target<T>{out.data() + out.data_offset(), detail::strides_of(out)};
         },
-        false, detail::static_plan<Eq, E0, E...>(), first, rest...);
+        false, detail::static_plan<Eq, E0, E...>(), nullptr, first, rest...);
   }
+}
+
+namespace detail {
+/// einsum<Eq>(first, rest...) with `bias` added along the result's last dim
+/// when its length is that dim's extent (then .second is true; else the
+/// product alone, for the caller to broadcast or refuse).
+template <fixed_string Eq, class B, class E0, class... E>
+auto einsum_plus_bias(const B& bias, const E0& first, const E&... rest) {
+  using T = value_t<E0>;
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "xshard::einsum supports float and double");
+  static_assert(std::is_same_v<value_t<B>, T>, "xshard::einsum_bias: the bias has the operands' value type");
+  static_assert(tensor_rank_v<B> < 0 || tensor_rank_v<B> == 1, "xshard::einsum_bias: the bias has rank 1");
+  constexpr std::int64_t rank = typed_output_rank<Eq, E0, E...>();
+  static_assert(rank != 0, "xshard::einsum_bias: a rank-0 result has no last dim for a bias");
+  std::optional<xt::xarray<T>> keep;
+  const strided_operand<T> b = as_operand<T>(bias, keep);
+  const bias_operand<T> bop{b.data, b.strides.empty() ? 1 : b.strides[0]};
+  constexpr einsum_equation eq = parsed_equation<Eq>.value;
+  std::pair<decltype(make_result<T, rank>({})), bool> r;
+  einsum_run<T>(
+      eq, Eq.view(),
+      [&](std::span<const std::size_t> shape) {
+        r.second = !shape.empty() && b.shape.size() == 1 && static_cast<std::size_t>(b.shape[0]) == shape.back();
+        r.first = make_result<T, rank>(shape);
+        return output_target<T>{r.first.data(), strides_of(r.first), r.second};
+      },
+      false, static_plan<Eq, E0, E...>(), &bop, first, rest...);
+  return r;
+}
+}  // namespace detail
+
+namespace detail {
+/// The extent of einsum<Eq>(operands...)'s last dim, read off the operands
+/// (static ranks). @pre the operands fit the equation; the result has rank >= 1.
+template <fixed_string Eq, class... E>
+std::size_t einsum_last_extent(const E&... operands) {
+  constexpr einsum_binding b = static_binding<Eq, E...>().value;
+  static_assert(!b.output_labels.empty(), "xshard::einsum: a rank-0 result has no last dim");
+  constexpr int last = b.output_labels[b.output_labels.size() - 1];
+  std::size_t extent = 1, k = 0;
+  (
+      [&] {
+        for (std::size_t d = 0; d < b.operand_labels[k].size(); ++d)
+          if (b.operand_labels[k][d] == last) extent = std::max<std::size_t>(extent, operands.shape()[d]);
+        ++k;
+      }(),
+      ...);
+  return extent;
+}
+}  // namespace detail
+
+/// einsum<Eq>(first, rest...) + bias, the bias (rank 1) running along the
+/// result's last dim, as a linear layer's: added in the GEMM's epilogue (the
+/// accumulators start at the bias) when the result's last dim is the
+/// GEMM's N, else written into the result before the product is summed in.
+/// One pass over the result instead of two. A bias whose length is not the
+/// result's last extent is an xshard::error naming both shapes.
+template <fixed_string Eq, class B, class E0, class... E>
+auto einsum_bias(const B& bias, const E0& first, const E&... rest) {
+  auto r = detail::einsum_plus_bias<Eq>(bias, first, rest...);
+  if (!r.second) {
+    const std::size_t rank = r.first.dimension();
+    throw error(std::string("xshard::einsum_bias: a bias of shape ") + detail::shape_text(bias.shape()) +
+                " for a result of shape " + detail::shape_text(r.first.shape()) + " (it runs along the last dim" +
+                (rank == 0 ? ", which a rank-0 result lacks" : "") + ") in '" + std::string(Eq.view()) + "'");
+  }
+  return std::move(r.first);
 }
 
 namespace detail {
 
 template <class T, class Alloc, class... E>
 void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate,
-                const contraction_order* plan, const E&... operands) {
+                const contraction_order* plan, const bias_operand<T>* bias, const E&... operands) {
+  if (bias && accumulate) throw error("xshard: an einsum with a bias does not accumulate");
   if (sizeof...(E) > max_einsum_operands) {
     diagnostic d;
     d.code = errc::einsum_operand_count;
@@ -675,6 +807,7 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
   auto [bind, ext] = bind_operands<T>(eq, text, ops);
   const extent_list shape = output_shape<T>(bind, ext);
   const output_target<T> target = alloc(std::span<const std::size_t>(shape.begin(), shape.end()));
+  if (!target.with_bias) bias = nullptr;
   T* const out = target.data;
   const stride_list& out_strides = target.strides;
   // Refuse an output that overlaps an operand: the kernel reads operands
@@ -704,6 +837,11 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
   for (std::size_t id = 0; id < max_einsum_labels; ++id) zero_extent = zero_extent || (ext.used[id] && ext.of[id] == 0);
   if (zero_extent) {
     if (accumulate || out_empty) return;
+    if (bias) {  // nothing summed: the bias alone
+      fill_bias(out, std::span<const int>(bind.output_labels.begin(), bind.output_labels.end()),
+                std::span<const std::ptrdiff_t>(out_strides.begin(), out_strides.end()), ext, *bias);
+      return;
+    }
     extent_list idx;
     for (std::size_t d = 0; d < shape.size(); ++d) idx.push_back(0);
     while (true) {
@@ -716,7 +854,7 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
     }
   }
   execute_einsum<T>(bind, ext, std::move(ops), out,
-                    std::span<const std::ptrdiff_t>(out_strides.begin(), out_strides.end()), accumulate, plan);
+                    std::span<const std::ptrdiff_t>(out_strides.begin(), out_strides.end()), accumulate, plan, bias);
 }
 
 }  // namespace detail

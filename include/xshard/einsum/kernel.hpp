@@ -80,6 +80,10 @@ struct gemm_problem {
   offsets b_n, c_n;                   ///< N
   offsets a_k, b_k;                   ///< K
   bool accumulate = false;            ///< C += (else C =)
+  /// C = A B + bias[j] (C's column j's value; the epilogue's bias add,
+  /// after the last K block's sum): N values and zeros up to a whole NR
+  /// panel past them. Not with accumulate.
+  const T* bias = nullptr;
   /// uniform_stride of a_m, a_k, b_n, b_k and c_n (describe() sets them
   /// once the tables are filled).
   stride_info m_a, k_a, n_b, k_b, n_c;
@@ -138,15 +142,15 @@ XSHARD_DEFINE_MICRO_KERNEL(micro_xsimd, , xsimd_ops)
 /// The micro-kernel stamped for Ops (the one adapter the driver calls).
 template <class Ops, class T, int MR>
 void micro_run(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, std::ptrdiff_t bs,
-               T* const* c, bool add) {
+               T* const* c, bool add, const T* bias) {
 #if XSHARD_GEMM_X86
   if constexpr (std::is_same_v<Ops, avx512_ops>)
-    micro_avx512<T, MR>(kc, a, rs, cs, b, bs, c, add);
+    micro_avx512<T, MR>(kc, a, rs, cs, b, bs, c, add, bias);
   else if constexpr (std::is_same_v<Ops, avx2_ops>)
-    micro_avx2<T, MR>(kc, a, rs, cs, b, bs, c, add);
+    micro_avx2<T, MR>(kc, a, rs, cs, b, bs, c, add, bias);
   else
 #endif
-    micro_xsimd<T, MR>(kc, a, rs, cs, b, bs, c, add);
+    micro_xsimd<T, MR>(kc, a, rs, cs, b, bs, c, add, bias);
 }
 
 // ---------------------------------------------------------------------------
@@ -358,6 +362,8 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
                      std::size_t mc, std::size_t j0, std::size_t nc, std::size_t p0, std::size_t kc, bool add) {
   constexpr int MR = Kernel::mr, NR = Kernel::nr;
   T* const cb = g.c + g.c_batch[bi];
+  // The epilogue's bias: added as the last K block stores C.
+  const T* const bias = g.bias && p0 + kc == g.a_k.size() ? g.bias + j0 : nullptr;
   alignas(64) T ctile[MR * NR];
   T* rows[MR];
   // One micro-kernel call: `used` rows (a multiple of 3) of A times the B
@@ -373,11 +379,12 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
     // its own, in the same k order, whatever the kernel's row count).
     if (st.c_rows_contiguous && hi == used && nw == NR && (lo == 0 || (!add && c0 >= i0))) {
       for (int i = 0; i < used; ++i) rows[i] = cb + g.c_m[c0 + static_cast<std::size_t>(i)] + (j0 + jr);
-      Kernel::run(used, kc, a, rs, cs, b, bs, rows, add);
+      Kernel::run(used, kc, a, rs, cs, b, bs, rows, add, bias ? bias + jr : nullptr);
       return;
     }
     for (int i = 0; i < used; ++i) rows[i] = ctile + i * NR;
-    Kernel::run(used, kc, a, rs, cs, b, bs, rows, false);
+    Kernel::run(used, kc, a, rs, cs, b, bs, rows, false, nullptr);
+    const T* const bj = bias ? bias + jr : nullptr;  // added after C's own value, as in the kernel
     for (int i = lo; i < hi; ++i) {
       T* const crow = cb + g.c_m[c0 + static_cast<std::size_t>(i)];
       const T* const src = ctile + i * NR;
@@ -387,11 +394,14 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
           for (int j = 0; j < NR; ++j) dst[j] += src[j];
         else
           for (int j = 0; j < NR; ++j) dst[j] = src[j];
+        if (bj)
+          for (int j = 0; j < NR; ++j) dst[j] += bj[j];
         continue;
       }
       for (std::size_t j = 0; j < nw; ++j) {
         T& dst = crow[g.c_n[j0 + jr + j]];
         dst = add ? dst + src[j] : src[j];
+        if (bj) dst += bj[j];
       }
     }
   };
@@ -453,11 +463,11 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
   st.direct_a = reads_a_in_place<T>(st.m_a, st.k_a);
   st.direct_b = reads_b_in_place<T>(st.n_b, st.k_b, r.m1 - r.m0);
   for (std::size_t bi = r.b0; bi < r.b1; ++bi) {
-    if (K == 0) {  // an empty sum: C = 0 (unchanged when accumulating)
+    if (K == 0) {  // an empty sum: C = 0 or the bias (unchanged when accumulating)
       T* const cb = g.c + g.c_batch[bi];
       if (!g.accumulate)
         for (std::size_t i = r.m0; i < r.m1; ++i)
-          for (std::size_t j = r.n0; j < r.n1; ++j) cb[g.c_m[i] + g.c_n[j]] = T(0);
+          for (std::size_t j = r.n0; j < r.n1; ++j) cb[g.c_m[i] + g.c_n[j]] = g.bias ? g.bias[j] : T(0);
       continue;
     }
     for (std::size_t j0 = r.n0; j0 < r.n1; j0 += NC) {
@@ -512,14 +522,14 @@ struct gemm_by_arch {
     /// Whether B's columns are packed with the x86 (AVX2) transposes.
     static constexpr bool x86_packing = !std::is_same_v<Ops, xsimd_ops>;
     static void run(int rows, std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b,
-                    std::ptrdiff_t bs, T* const* c, bool add) {
+                    std::ptrdiff_t bs, T* const* c, bool add, const T* bias) {
       if constexpr (mr > 9)
-        if (rows > 9) return micro_run<Ops, T, mr>(kc, a, rs, cs, b, bs, c, add);
+        if (rows > 9) return micro_run<Ops, T, mr>(kc, a, rs, cs, b, bs, c, add, bias);
       if constexpr (mr > 6)
-        if (rows > 6) return micro_run<Ops, T, 9>(kc, a, rs, cs, b, bs, c, add);
+        if (rows > 6) return micro_run<Ops, T, 9>(kc, a, rs, cs, b, bs, c, add, bias);
       if constexpr (mr > 3)
-        if (rows > 3) return micro_run<Ops, T, 6>(kc, a, rs, cs, b, bs, c, add);
-      micro_run<Ops, T, 3>(kc, a, rs, cs, b, bs, c, add);
+        if (rows > 3) return micro_run<Ops, T, 6>(kc, a, rs, cs, b, bs, c, add, bias);
+      micro_run<Ops, T, 3>(kc, a, rs, cs, b, bs, c, add, bias);
     }
   };
 #if XSHARD_GEMM_X86

@@ -155,6 +155,11 @@ template <fixed_string Eq>
 struct signature_of<einsum_op<Eq>> {
   static constexpr bool has = true;
   static constexpr checked<einsum_equation> eq = ::xshard::detail::parsed_equation<Eq>;
+  static constexpr std::size_t trailing = 0;  // operands after the signature's (none)
+};
+template <fixed_string Eq>
+struct signature_of<einsum_bias_op<Eq>> : signature_of<einsum_op<Eq>> {
+  static constexpr std::size_t trailing = 1;  // the bias
 };
 template <fixed_string Eq, class S>
 struct signature_of<einsum_to_op<Eq, S>> : signature_of<einsum_op<Eq>> {};
@@ -162,6 +167,7 @@ template <fixed_string Name, fixed_string Sig, class Kernel>
 struct signature_of<custom_op<Name, Sig, Kernel>> {
   static constexpr bool has = true;
   static constexpr checked<einsum_equation> eq = ::xshard::detail::parsed_equation<Sig>;
+  static constexpr std::size_t trailing = 0;
 };
 template <fixed_string Name, class Op>
 struct signature_of<named_op<Name, Op>> : signature_of<Op> {};
@@ -250,7 +256,8 @@ constexpr node_check rank_of(const node_info& n, std::array<std::int64_t, N>& ra
       c.diag = eq.diag;
       return c;
     }
-    const auto b = bind_einsum(eq.value, std::span<const std::int64_t>(in.data(), n.arity));
+    const auto b =
+        bind_einsum(eq.value, std::span<const std::int64_t>(in.data(), n.arity - signature_of<Op>::trailing));
     if (!b.ok()) {
       c.code = node_errc::signature;
       c.diag = b.diag;
@@ -289,6 +296,119 @@ struct value_of<node<Op, A...>, Leaves> {
 };
 template <class N, class Leaves>
 using value_t = typename value_of<N, Leaves>::type;
+
+// ---------------------------------------------------------------------------
+// Fusion: `einsum<Eq>(...) + b`, b a rank-1 value along the result's last
+// dim (a linear layer's bias), becomes one einsum_bias_op node whose GEMM
+// adds b in its epilogue: one pass over the result instead of two. Decided
+// at compile time from the graph and the declared types, on one device
+// only (a sharded einsum may sum partial results across devices after its
+// GEMM), and only where nothing else reads the einsum's own value.
+
+namespace detail {
+
+/// Whether Op is +, possibly named (save) or traced (scope); rewrap<New>:
+/// New under the same name and scope.
+template <class Op>
+struct add_of {
+  static constexpr bool value = false;
+  template <class New>
+  using rewrap = New;
+};
+template <>
+struct add_of<binary_op<binary::add>> {
+  static constexpr bool value = true;
+  template <class New>
+  using rewrap = New;
+};
+template <fixed_string Name, class Op>
+struct add_of<named_op<Name, Op>> : add_of<Op> {
+  template <class New>
+  using rewrap = named_op<Name, typename add_of<Op>::template rewrap<New>>;
+};
+template <fixed_string Scope, class Op>
+struct add_of<traced_op<Scope, Op>> : add_of<Op> {
+  template <class New>
+  using rewrap = traced_op<Scope, typename add_of<Op>::template rewrap<New>>;
+};
+
+/// The graph being fused: its nodes (for use counts) and leaf types.
+template <class Nodes, class Leaves>
+struct fusion_context {
+  using nodes = Nodes;
+  using leaves = Leaves;
+  static constexpr auto uses = use_counts(structure<Nodes>::nodes);
+};
+
+template <class N, class Ctx>
+struct fuse {
+  using type = N;  // a leaf
+};
+
+template <class Op>
+inline constexpr bool is_einsum_op_v = false;
+template <fixed_string Eq>
+inline constexpr bool is_einsum_op_v<einsum_op<Eq>> = true;
+
+/// An einsum (unnamed, untraced) whose value only the + reads, plus a plain
+/// rank-1 tensor of its value type, on one device.
+template <class Ctx, class E, class B>
+constexpr bool fuses_with_bias() {
+  if constexpr (!is_einsum_op_v<typename E::op>) {
+    return false;
+  } else {
+    using Leaves = typename Ctx::leaves;
+    using VE = value_t<E, Leaves>;
+    using VB = value_t<B, Leaves>;
+    if constexpr (Sharded<VE> || Sharded<VB> || E::arity + 1 > max_arity) {
+      return false;
+    } else {
+      using T = typename VE::value_type;
+      return Ctx::uses[index_in_v<E, typename Ctx::nodes>] == 1 && rank_v<VB> == 1 && rank_v<VE> >= 1 &&
+             std::is_same_v<VB, xt::xtensor<T, 1>> && std::is_same_v<VE, xt::xtensor<T, rank_v<VE>>>;
+    }
+  }
+}
+
+template <class Ctx, class AddOp, class E, class B>
+struct fused_bias;
+template <class Ctx, class AddOp, fixed_string Eq, class... A, class B>
+struct fused_bias<Ctx, AddOp, node<einsum_op<Eq>, A...>, B> {
+  using type = node<typename add_of<AddOp>::template rewrap<einsum_bias_op<Eq>>, typename fuse<A, Ctx>::type...,
+                    typename fuse<B, Ctx>::type>;
+};
+
+/// Op over its operands fused.
+template <class Ctx, class Op, class... A>
+struct rebuilt {
+  using type = node<Op, typename fuse<A, Ctx>::type...>;
+};
+template <class Ctx, class Op, class... A>
+struct fuse_node : rebuilt<Ctx, Op, A...> {};
+template <class Ctx, class Op, class L, class R>
+requires add_of<Op>::value struct fuse_node<Ctx, Op, L, R> {
+  static constexpr bool left = fuses_with_bias<Ctx, L, R>();
+  static constexpr bool right = !left && fuses_with_bias<Ctx, R, L>();
+  using type =
+      typename std::conditional_t<left, fused_bias<Ctx, Op, L, R>,
+                                  std::conditional_t<right, fused_bias<Ctx, Op, R, L>, rebuilt<Ctx, Op, L, R>>>::type;
+};
+
+template <class Op, class... A, class Ctx>
+struct fuse<node<Op, A...>, Ctx> {
+  using type = typename fuse_node<Ctx, Op, A...>::type;
+};
+
+template <bool Fuse, class R, class Leaves>
+struct fuse_biases {
+  using type = R;
+};
+template <class R, class Leaves>
+struct fuse_biases<true, R, Leaves> {
+  using type = typename fuse<R, fusion_context<nodes_of<R>, Leaves>>::type;
+};
+
+}  // namespace detail
 
 /// A node's value during a pass: owned, or a reference to a leaf or to a
 /// kept residual.
@@ -817,6 +937,15 @@ struct program {
 // ---------------------------------------------------------------------------
 // The layer protocol.
 
+/// R with each `einsum<Eq>(...) + b` whose einsum value nothing else reads
+/// and whose b is a rank-1 tensor fused into an einsum_bias_op node (the
+/// bias in the GEMM's epilogue), when every leaf of Leaves is a plain
+/// tensor and R's written graph checks (else R: its errors name the nodes
+/// as written).
+template <Node R, class Leaves>
+using fuse_biases_t = typename detail::fuse_biases<
+    std::is_void_v<typename detail::mesh_of_tuple<Leaves>::type> && program<R, Leaves>::check.ok(), R, Leaves>::type;
+
 namespace detail {
 template <class Def, std::size_t... I>
 auto result_node(std::index_sequence<I...>) {
@@ -847,7 +976,11 @@ struct layer {
   using params = typename Def::params;
   using input = typename Def::input;
   using output = typename detail::output_of<Def>::type;
-  using graph_type = detail::result_node_t<Def>;
+  /// The graph as written (its positions name compile-time errors), and
+  /// the one evaluated: on one device, each einsum + bias fused
+  /// (fuse_biases_t).
+  using written_type = detail::result_node_t<Def>;
+  using graph_type = fuse_biases_t<written_type, detail::decl_t<Def>>;
   using program_type = program<graph_type, detail::decl_t<Def>>;
   using residuals = typename program_type::residuals;
   using dots = residuals;

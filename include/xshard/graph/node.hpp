@@ -56,6 +56,15 @@ enum class op_kind : std::uint8_t { leaf, einsum, elementwise, composite, constr
 // ---------------------------------------------------------------------------
 // Ops (the tags; their evaluation and vjp are in graph/ops.hpp).
 
+/// A followed by B, as one fixed_string (an op's text).
+template <fixed_string A, fixed_string B>
+inline constexpr auto joined = [] {
+  fixed_string<A.size() + B.size()> r;
+  for (std::size_t i = 0; i < A.size(); ++i) r.data_[i] = A.data_[i];
+  for (std::size_t i = 0; i < B.size(); ++i) r.data_[A.size() + i] = B.data_[i];
+  return r;
+}();
+
 /// What the graph's machinery reads of an op tag: its kind, its text in
 /// messages (the equation, the kernel's name, or the op), and which values
 /// its vjp reads.
@@ -83,6 +92,12 @@ struct einsum_op : op_traits<op_kind::einsum, Eq, true> {};
 /// plain values, einsum<Eq>.
 template <fixed_string Eq, class S>
 struct einsum_to_op : einsum_op<Eq> {};
+/// einsum<Eq> of all operands but the last, plus the last (a rank-1 bias
+/// along the result's last dim) in the GEMM's epilogue: not written by
+/// hand; a layer on one device turns `einsum<Eq>(...) + b` into it
+/// (graph::fuse_biases_t). An einsum for dots_saveable.
+template <fixed_string Eq>
+struct einsum_bias_op : op_traits<op_kind::einsum, joined<Eq, fixed_string(" + bias")>, true> {};
 enum class binary : std::uint8_t { add, sub, mul, div };
 template <binary B>
 struct binary_op : op_traits<op_kind::elementwise,

@@ -686,6 +686,48 @@ struct rule<binary_op<B>> {
   }
 };
 
+/// einsum<Eq>(a...) + b, b (the last operand) a rank-1 tensor along the
+/// result's last dim, on one device: the GEMM adds b in its epilogue
+/// (xshard::einsum_bias). Where b does not run along the last dim it is
+/// numpy's + (a length-1 b broadcasts; others are +'s error).
+template <fixed_string Eq>
+struct rule<einsum_bias_op<Eq>> : local_op {
+  template <class... A>
+  static auto eval(const A&... a) {
+    constexpr std::size_t n = sizeof...(A) - 1;
+    const auto args = std::forward_as_tuple(a...);
+    const auto& b = std::get<n>(args);
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      auto r = ::xshard::detail::einsum_plus_bias<Eq>(b, std::get<I>(args)...);
+      using R = decltype(r.first);
+      if (r.second) return std::move(r.first);
+      return R(rule<binary_op<binary::add>>::eval(std::move(r.first), b));
+    }
+    (std::make_index_sequence<n>{});
+  }
+  /// The bias's gradient: g summed over every dim but the last. The
+  /// others: the einsum's, of g summed back to the einsum's shape when b
+  /// broadcast it (an einsum result of last extent 1).
+  template <std::size_t K, class G, class Y, class... A>
+  static auto vjp(G&& g, const vjp_context<Y, A...>& c) {
+    constexpr std::size_t n = sizeof...(A) - 1;
+    if constexpr (K == n) {
+      return detail::sum_to<1>(std::forward<G>(g), c.a_shapes[K]);
+    } else {
+      return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        constexpr std::size_t R = detail::rank_v<G>;
+        if (g.shape()[R - 1] != ::xshard::detail::einsum_last_extent<Eq>(c.template operand<I>()...)) {
+          const xt::xtensor<detail::element_t<G>, R> summed =
+              xt::sum(g, {R - 1}, xt::keep_dims | xt::evaluation_strategy::immediate);
+          return ::xshard::einsum_vjp<Eq, K>(summed, c.template operand<I>()...);
+        }
+        return ::xshard::einsum_vjp<Eq, K>(g, c.template operand<I>()...);
+      }
+      (std::make_index_sequence<n>{});
+    }
+  }
+};
+
 template <class C>
 struct rule<scale_op<C>> : local_op {
   template <class X>

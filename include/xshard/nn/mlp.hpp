@@ -21,8 +21,10 @@
 //
 // The block is written once as a graph (mlp_def below): its vjp, the
 // residuals of each remat policy and its collectives are derived
-// (graph/graph.hpp). remat::dots_saveable keeps the einsum outputs and
-// recomputes the bias adds and gelu; graph::save_only<"h"> keeps h alone.
+// (graph/graph.hpp). On one device each `einsum + bias` is one node whose
+// GEMM adds the bias as it stores the result (graph::fuse_biases_t), so
+// remat::dots_saveable keeps x W1^T + b1 and a W2^T + b2 and recomputes
+// gelu; graph::save_only<"h"> keeps h alone.
 #pragma once
 
 #include <array>

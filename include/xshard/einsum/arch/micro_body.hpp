@@ -11,6 +11,8 @@
 // which carry the target attribute, into a function with that target.
 //
 //   c_rows[i][0 .. NR) (+)= sum over p < kc of a[p * MR + i] * b[p * bs + j]
+//                           (+ bias[j] when bias is given, after C's own value:
+//                            the epilogue's bias add)
 //
 // with NR = 2 vectors; bs is NR for a packed panel of B, B's row stride for
 // rows read in place. A's micro-panel (MR x kc) stays in L1 while the
@@ -25,11 +27,14 @@
 // a[i * rs + p * cs]: (1, MR) for a packed panel, (lda, 1) for rows read in
 // place; the rows are addressed from MR / 3 base pointers plus three row
 // offsets, which keeps every address in a register. The C tile is
-// prefetched first so its lines arrive while the k loop runs.
+// prefetched first so its lines arrive while the k loop runs. A bias (NR
+// values, one per column) is added to every row as it is stored (the last
+// K block's call): a bias add in the GEMM's epilogue, in the same order as a
+// separate pass over C, so the same bits.
 #define XSHARD_DEFINE_MICRO_KERNEL(NAME, TARGET, OPS)                                                               \
   template <class T, int MR>                                                                                        \
   TARGET void NAME(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, std::ptrdiff_t bs, \
-                   T* const* c_rows, bool add) {                                                                    \
+                   T* const* c_rows, bool add, const T* bias) {                                                     \
     using V = decltype(OPS::zero(a));                                                                               \
     constexpr int L = OPS::template lanes<T>, Q = MR / 3;                                                           \
     static_assert(MR % 3 == 0);                                                                                     \
@@ -56,6 +61,10 @@
       if (add) {                                                                                                    \
         acc[i][0] = OPS::add(acc[i][0], OPS::load(c));                                                              \
         acc[i][1] = OPS::add(acc[i][1], OPS::load(c + L));                                                          \
+      }                                                                                                             \
+      if (bias) { /* after C's own: (C + AB) + bias, the order of a separate bias add */                            \
+        acc[i][0] = OPS::add(acc[i][0], OPS::load(bias));                                                           \
+        acc[i][1] = OPS::add(acc[i][1], OPS::load(bias + L));                                                       \
       }                                                                                                             \
       OPS::store(c, acc[i][0]);                                                                                     \
       OPS::store(c + L, acc[i][1]);                                                                                 \
