@@ -169,6 +169,13 @@ int run(const options& o) {
     std::cout << "  " << o.steps << " steps on one device in " << single.seconds << " s ("
               << tokens_per_step * static_cast<double>(o.steps) / single.seconds << " tokens/s)\n";
   }
+  if (o.devices == 1 || o.check_single) {
+    const auto& ws = single.workspace;
+    std::cout << "== one device's workspace: " << ws.allocated_bytes / 1024 << " KiB in " << ws.allocations
+              << " buffers, handed out " << ws.reuses + ws.allocations
+              << " times; buffers made from step 3 on: " << ws.allocations - single.workspace_allocations_by_step_3
+              << "\n";
+  }
   std::cout << "== held-out token accuracy (" << held_out_batches * batch << " new samples, " << answer_count
             << " answer tokens each): " << 100.0 * trained.accuracy << "%\n";
   // A full run must solve the task; a shorter one must still learn.

@@ -20,6 +20,7 @@
 #include <string>
 #include <tuple>
 #include <vector>
+#include <xshard/core/workspace.hpp>
 #include <xshard/nn/decoder.hpp>
 #include <xshard/optim/optimizer.hpp>
 #include <xshard/scan/remat.hpp>
@@ -98,7 +99,9 @@ struct run_result {
   std::vector<float> losses;
   double seconds = 0;
   double accuracy = 0;
-  std::string mismatch;  // the first step whose collectives differ from the plan
+  std::string mismatch;                     // the first step whose collectives differ from the plan
+  xshard::workspace::statistics workspace;  // this device's, at the end
+  std::size_t workspace_allocations_by_step_3 = 0;
 };
 
 run_result train_single_device(const Dense::params& init, const options& o, std::size_t first_step);

@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#include <xshard/core/workspace.hpp>
 #include <xshard/optim/optimizer.hpp>
 #include <xshard/scan/scan_layers.hpp>
 #include <xshard/trace/trace.hpp>
@@ -142,9 +143,15 @@ run_result train_on(Dev& dev, const Dense::params& init, const options& o, std::
   const bool tty = isatty(STDOUT_FILENO) != 0;
   auto& tracer = xshard::tracer::instance();
   const std::size_t traced_steps = std::min<std::size_t>(2, o.steps);
+  // The step's tensors (activations, residuals, gradients) come from this
+  // device's workspace and go back to it (on the mesh each device's fiber
+  // keeps its own current).
+  xshard::workspace ws;
+  const xshard::workspace::scope use(ws);
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < o.steps; ++i) {
     const std::size_t step = first_step + i;
+    if (i == 2) run.workspace_allocations_by_step_3 = ws.stats().allocations;
     if (on_mesh && lead && i + traced_steps == o.steps && !o.trace_path.empty()) tracer.start();
     const xshard::trace_me scope("train/step", {{"step", step}});
     if constexpr (on_mesh) dev.reset_counters();
@@ -167,10 +174,22 @@ run_result train_on(Dev& dev, const Dense::params& init, const options& o, std::
     // backward, and the updates
     auto [head_grads, dh] = head.vjp(p.out, head_saved, gy);
     auto [block_grads, dh0] = pullback(dh);
-    auto embed_grads = embed.vjp(p.embedding, embed_saved, dh0).first;
+    auto [embed_grads, dx] = embed.vjp(p.embedding, embed_saved, dh0);
     opt_head.step(p.out, head_grads);
     opt_blocks.step(p.blocks, block_grads);
     opt_embed.step(p.embedding, embed_grads);
+    // What the step handed back, to the workspace for the next one.
+    ws.recycle(std::move(head_grads));
+    ws.recycle(std::move(block_grads));
+    ws.recycle(std::move(embed_grads));
+    ws.recycle(std::move(log_probs));
+    ws.recycle(std::move(h));
+    ws.recycle(std::move(h0));
+    ws.recycle(std::move(dh));
+    ws.recycle(std::move(dh0));
+    ws.recycle(std::move(embed_saved));
+    ws.recycle(std::move(dx));  // the one-hot input's gradient, which nothing reads
+    ws.recycle(std::move(head_saved));
     if constexpr (on_mesh) {
       if (dev.counters().total_calls() != planned && run.mismatch.empty())
         run.mismatch = "device " + std::to_string(dev.id()) + " step " + std::to_string(step + 1) + ": " +
@@ -192,6 +211,8 @@ run_result train_on(Dev& dev, const Dense::params& init, const options& o, std::
   }
   if (on_mesh && lead && !o.trace_path.empty()) tracer.stop();
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run.workspace = ws.stats();
+  if (o.steps <= 2) run.workspace_allocations_by_step_3 = run.workspace.allocations;
   if (lead && o.progress && tty) std::cout << "\n";
 
   // ---- held-out accuracy (forward only)

@@ -88,6 +88,24 @@ TEST(Workspace, AGivenBackBufferIsHandedOutAgainForAnyShapeOfItsSize) {
   EXPECT_EQ(s.peak_held_bytes, 32 * sizeof(float));
 }
 
+// What a step hands its caller (a layer's gradients: a tuple; an optional)
+// goes back in one call, outside any scope; other values are left alone.
+TEST(Workspace, RecycleTakesTheTensorsATupleOrOptionalHolds) {
+  xshard::workspace ws;
+  std::tuple<xt::xtensor<float, 2>, xt::xtensor<double, 1>, int> grads{ws.tensor<float, 2>({3, 5}),
+                                                                       ws.tensor<double, 1>({7}), 4};
+  const float* const p = std::get<0>(grads).data();
+  ws.recycle(std::move(grads));
+  EXPECT_EQ(ws.stats().recycled, 2u);
+  EXPECT_EQ(std::get<2>(grads), 4);
+  EXPECT_EQ((ws.tensor<float, 1>({15}).data()), p);
+  std::optional<xt::xtensor<float, 2>> o = ws.tensor<float, 2>({2, 2});
+  ws.recycle(std::move(o));
+  EXPECT_FALSE(o.has_value());
+  EXPECT_EQ(ws.stats().recycled, 3u);
+  EXPECT_EQ(xshard::workspace::current(), nullptr);  // no scope left open
+}
+
 TEST(Workspace, SizesAndTypesHaveTheirOwnBuffers) {
   xshard::workspace ws;
   auto f = ws.tensor<float, 1>({32});
@@ -309,6 +327,52 @@ void expect_step_three_allocates_nothing(const step_case& c) {
     (same(std::get<I>(with), std::get<I>(without), L::param_names[I]), ...);
   }
   (std::make_index_sequence<std::tuple_size_v<typename L::params>>{});
+}
+
+/// The same training with the stacked gradients (pullback(gy) returns them;
+/// optimizer::step applies them), given back whole with ws.recycle: what
+/// train_transformer's loop does. Returns the workspace's buffers made
+/// after each step.
+template <class L>
+std::vector<std::size_t> train_stacked(xshard::stacked_params<L>& params, std::size_t steps, xshard::workspace& ws) {
+  using X = typename L::input;
+  xt::random::seed(5);
+  const X input = xt::random::randn<T>({batch, width});
+  const X target = xt::random::randn<T>({batch, width});
+  xshard::optimizer<xshard::sgd, xshard::stacked_params<L>> opt({.lr = T(0.05)}, params);
+  const xshard::workspace::scope use(ws);
+  std::vector<std::size_t> made;
+  const T scale = T(2) / T(input.size());
+  for (std::size_t s = 0; s < steps; ++s) {
+    auto [y, pullback] = xshard::scan_layers_vjp(L{}, params, input, xshard::remat::dots_saveable);
+    auto [grads, dx] = pullback(X((y - target) * scale));
+    opt.step(params, grads);
+    ws.recycle(std::move(grads));
+    ws.recycle(std::move(dx));
+    ws.recycle(std::move(y));
+    made.push_back(ws.stats().allocations);
+  }
+  return made;
+}
+
+TEST(Workspace, StackedGradientsComeFromItAndGoBack) {
+  auto with = init_params(Block{}), without = init_params(Block{});
+  xshard::workspace ws;
+  const auto made = train_stacked<Block>(with, 4, ws);
+  EXPECT_EQ(made[3], made[1]) << "buffers made after step 2";
+  // The same steps without a workspace: the same parameters, bit for bit.
+  {
+    xshard::optimizer<xshard::sgd, Params> opt({.lr = T(0.05)}, without);
+    xt::random::seed(5);
+    const Block::input input = xt::random::randn<T>({batch, width});
+    const Block::input target = xt::random::randn<T>({batch, width});
+    for (int s = 0; s < 4; ++s) {
+      auto [y, pullback] = xshard::scan_layers_vjp(Block{}, without, input, xshard::remat::dots_saveable);
+      auto [grads, dx] = pullback(Block::input((y - target) * (T(2) / T(input.size()))));
+      opt.step(without, grads);
+    }
+  }
+  EXPECT_TRUE(with == without);
 }
 
 class WorkspaceTraining : public ::testing::TestWithParam<step_case> {};

@@ -71,6 +71,9 @@ struct is_pooled_tensor : std::false_type {};
 template <class T, std::size_t N>
 struct is_pooled_tensor<xt::xtensor<T, N>> : std::bool_constant<workspace_value<T> && (N > 0)> {};
 
+template <class V>
+void recycle(V&& v);
+
 }  // namespace detail
 
 /// A cache of tensor buffers for one thread's training loop (see the header
@@ -141,6 +144,15 @@ class workspace {
     xt::uvector<T> storage = std::move(t.storage());
     t = xt::xtensor<T, N>();  // a valid empty tensor, not one whose shape outlived its storage
     put(std::move(storage));
+  }
+
+  /// Gives back every float and double tensor v holds, as the library does
+  /// with what it is done with: in an optional, a tuple or pair (a layer's
+  /// gradients), a sharded value's block; anything else is left as it is.
+  template <class V>
+  requires(!std::is_lvalue_reference_v<V>) void recycle(V&& v) {
+    const scope use(*this);
+    detail::recycle(std::move(v));
   }
 
   /// An object of type V given back earlier (give_object), or a new one:

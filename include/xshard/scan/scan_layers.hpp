@@ -66,7 +66,7 @@ struct stacking<xt::xtensor<T, R>> {
     std::array<std::size_t, R + 1> shape{};
     shape[0] = layers.size();
     for (std::size_t d = 0; d < R; ++d) shape[d + 1] = layers[0]->shape()[d];
-    type out = type::from_shape(shape);
+    type out = fresh_tensor<T, R + 1>(shape);  // the current workspace's, if any
     // Both sides are contiguous row-major: layer l is the l-th block of out,
     // copied in element ranges over the thread pool.
     const std::size_t block = layers[0]->size();
@@ -298,7 +298,9 @@ class scan_layers_pullback {
     grads.reserve(saved_.size());
     gy = backward(std::move(gy), [&](std::size_t, auto&& gp) { grads.push_back(std::move(gp)); });
     std::reverse(grads.begin(), grads.end());
-    return {stack_params<L>(grads), std::move(gy)};
+    auto stacked = stack_params<L>(grads);
+    for (auto& g : grads) detail::recycle(std::move(g));  // copied into the stack
+    return {std::move(stacked), std::move(gy)};
   }
 
   /// The same, writing the parameter gradients into `grads`, a stack the
