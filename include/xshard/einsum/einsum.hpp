@@ -747,9 +747,7 @@ auto einsum_plus_bias(const B& bias, const E0& first, const E&... rest) {
       false, static_plan<Eq, E0, E...>(), &bop, first, rest...);
   return r;
 }
-}  // namespace detail
 
-namespace detail {
 /// The extent of einsum<Eq>(operands...)'s last dim, read off the operands
 /// (static ranks). @pre the operands fit the equation; the result has rank >= 1.
 template <fixed_string Eq, class... E>
@@ -770,11 +768,12 @@ std::size_t einsum_last_extent(const E&... operands) {
 }  // namespace detail
 
 /// einsum<Eq>(first, rest...) + bias, the bias (rank 1) running along the
-/// result's last dim, as a linear layer's: added in the GEMM's epilogue (the
-/// accumulators start at the bias) when the result's last dim is the
-/// GEMM's N, else written into the result before the product is summed in.
-/// One pass over the result instead of two. A bias whose length is not the
-/// result's last extent is an xshard::error naming both shapes.
+/// result's last dim, as a linear layer's: added in the GEMM's epilogue (as
+/// the last K block stores the result, after the product's sum: the bits of
+/// a separate `+ bias`) when the result's last dim is the GEMM's N, else
+/// written into the result before the product is summed in. One pass over
+/// the result instead of two. A bias whose length is not the result's last
+/// extent is an xshard::error naming both shapes.
 template <fixed_string Eq, class B, class E0, class... E>
 auto einsum_bias(const B& bias, const E0& first, const E&... rest) {
   auto r = detail::einsum_plus_bias<Eq>(bias, first, rest...);
