@@ -190,11 +190,12 @@ struct bias_operand {
   std::ptrdiff_t stride = 1;
 };
 
-/// C[..., l] = bias[l] over C's whole index space (a bias the GEMM's
-/// epilogue cannot add: C is then accumulated into).
+/// C[..., l] = bias[l] over C's whole index space, or 0 without a bias (a
+/// bias the GEMM's epilogue cannot add, C then accumulated into; or a
+/// result with nothing to sum). @pre C has rank >= 1 when a bias is given.
 template <class T>
-void fill_bias(T* c, std::span<const int> c_labels, std::span<const std::ptrdiff_t> c_strides,
-               const einsum_extents& ext, const bias_operand<T>& bias) {
+void fill_output(T* c, std::span<const int> c_labels, std::span<const std::ptrdiff_t> c_strides,
+                 const einsum_extents& ext, const bias_operand<T>* bias) {
   const std::size_t rank = c_labels.size();
   extent_list idx, shape;
   for (std::size_t d = 0; d < rank; ++d) {
@@ -205,7 +206,7 @@ void fill_bias(T* c, std::span<const int> c_labels, std::span<const std::ptrdiff
   while (true) {
     std::ptrdiff_t at = 0;
     for (std::size_t d = 0; d < rank; ++d) at += static_cast<std::ptrdiff_t>(idx[d]) * c_strides[d];
-    c[at] = bias.data[static_cast<std::ptrdiff_t>(idx[rank - 1]) * bias.stride];
+    c[at] = bias ? bias->data[static_cast<std::ptrdiff_t>(idx[rank - 1]) * bias->stride] : T(0);
     std::size_t d = rank;
     while (d > 0 && ++idx[d - 1] == shape[d - 1]) idx[--d] = 0;
     if (d == 0) return;
@@ -283,7 +284,7 @@ void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<c
     bool in_n = false;
     for (int id : n) in_n = in_n || id == last;
     if (!in_n) {  // C's last label is not along N (e.g. a batch label): C starts as the bias
-      fill_bias(c, c_labels, c_strides, ext, *bias);
+      fill_output(c, c_labels, c_strides, ext, bias);
       accumulate = true;
     } else {
       // Column j's bias (the odometer order of N's table), then zeros to a
@@ -340,7 +341,7 @@ void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, opera
   std::span<const int> c_labels(bind.output_labels.begin(), bind.output_labels.end());
   if (ops.size() == 1) {
     if (bias) {
-      fill_bias(c, c_labels, c_strides, ext, *bias);
+      fill_output(c, c_labels, c_strides, ext, bias);
       accumulate = true;
     }
     reduce_single(ops[0], c, c_labels, c_strides, ext, accumulate);
@@ -836,21 +837,10 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
   for (std::size_t id = 0; id < max_einsum_labels; ++id) zero_extent = zero_extent || (ext.used[id] && ext.of[id] == 0);
   if (zero_extent) {
     if (accumulate || out_empty) return;
-    if (bias) {  // nothing summed: the bias alone
-      fill_bias(out, std::span<const int>(bind.output_labels.begin(), bind.output_labels.end()),
-                std::span<const std::ptrdiff_t>(out_strides.begin(), out_strides.end()), ext, *bias);
-      return;
-    }
-    extent_list idx;
-    for (std::size_t d = 0; d < shape.size(); ++d) idx.push_back(0);
-    while (true) {
-      std::ptrdiff_t at = 0;
-      for (std::size_t d = 0; d < shape.size(); ++d) at += static_cast<std::ptrdiff_t>(idx[d]) * out_strides[d];
-      out[at] = T(0);
-      std::size_t d = shape.size();
-      while (d > 0 && ++idx[d - 1] == shape[d - 1]) idx[--d] = 0;
-      if (d == 0) return;
-    }
+    // Nothing summed: zeros, or the bias alone.
+    fill_output(out, std::span<const int>(bind.output_labels.begin(), bind.output_labels.end()),
+                std::span<const std::ptrdiff_t>(out_strides.begin(), out_strides.end()), ext, bias);
+    return;
   }
   execute_einsum<T>(bind, ext, std::move(ops), out,
                     std::span<const std::ptrdiff_t>(out_strides.begin(), out_strides.end()), accumulate, plan, bias);
