@@ -64,6 +64,7 @@ XSHARD_SIMD_AVX m256 mm256_sub_ps(m256 a, m256 b) { return _mm256_sub_ps(a, b); 
 XSHARD_SIMD_AVX m256 mm256_mul_ps(m256 a, m256 b) { return _mm256_mul_ps(a, b); }
 XSHARD_SIMD_AVX m256 mm256_div_ps(m256 a, m256 b) { return _mm256_div_ps(a, b); }
 XSHARD_SIMD_AVX m256 mm256_max_ps(m256 a, m256 b) { return _mm256_max_ps(a, b); }
+XSHARD_SIMD_AVX m256 mm256_min_ps(m256 a, m256 b) { return _mm256_min_ps(a, b); }
 XSHARD_SIMD_AVX m256 mm256_sqrt_ps(m256 a) { return _mm256_sqrt_ps(a); }
 XSHARD_SIMD_AVX m256 mm256_andnot_ps(m256 a, m256 b) { return _mm256_andnot_ps(a, b); }
 XSHARD_SIMD_AVX m256 mm256_blendv_ps(m256 a, m256 b, m256 mask) { return _mm256_blendv_ps(a, b, mask); }
@@ -114,6 +115,7 @@ XSHARD_SIMD_AVX512 m512d mm512_fmadd_pd(m512d a, m512d b, m512d c) { return _mm5
 XSHARD_SIMD_AVX512 m512 mm512_fnmadd_ps(m512 a, m512 b, m512 c) { return _mm512_fnmadd_ps(a, b, c); }
 XSHARD_SIMD_AVX512 m512 mm512_abs_ps(m512 a) { return _mm512_abs_ps(a); }
 XSHARD_SIMD_AVX512 m512 mm512_max_ps(m512 a, m512 b) { return _mm512_max_ps(a, b); }
+XSHARD_SIMD_AVX512 m512 mm512_min_ps(m512 a, m512 b) { return _mm512_min_ps(a, b); }
 XSHARD_SIMD_AVX512 m512 mm512_sqrt_ps(m512 a) { return _mm512_sqrt_ps(a); }
 XSHARD_SIMD_AVX512 m512i mm512_cvtps_epi32(m512 a) { return _mm512_cvtps_epi32(a); }
 XSHARD_SIMD_AVX512 m512 mm512_cvtepi32_ps(m512i a) { return _mm512_cvtepi32_ps(a); }
@@ -190,6 +192,7 @@ XSHARD_SIMD_AVX m256 mm256_sub_ps(m256 a, m256 b) { return (m256)((gcc::v8sf)a -
 XSHARD_SIMD_AVX m256 mm256_mul_ps(m256 a, m256 b) { return (m256)((gcc::v8sf)a * (gcc::v8sf)b); }
 XSHARD_SIMD_AVX m256 mm256_div_ps(m256 a, m256 b) { return (m256)((gcc::v8sf)a / (gcc::v8sf)b); }
 XSHARD_SIMD_AVX m256 mm256_max_ps(m256 a, m256 b) { return (m256)__builtin_ia32_maxps256((gcc::v8sf)a, (gcc::v8sf)b); }
+XSHARD_SIMD_AVX m256 mm256_min_ps(m256 a, m256 b) { return (m256)__builtin_ia32_minps256((gcc::v8sf)a, (gcc::v8sf)b); }
 XSHARD_SIMD_AVX m256 mm256_sqrt_ps(m256 a) { return (m256)__builtin_ia32_sqrtps256((gcc::v8sf)a); }
 XSHARD_SIMD_AVX m256 mm256_andnot_ps(m256 a, m256 b) {
   return (m256)__builtin_ia32_andnps256((gcc::v8sf)a, (gcc::v8sf)b);
@@ -272,6 +275,10 @@ XSHARD_SIMD_AVX512 m512 mm512_abs_ps(m512 a) {
 }
 XSHARD_SIMD_AVX512 m512 mm512_max_ps(m512 a, m512 b) {
   return (m512)__builtin_ia32_maxps512_mask((gcc::v16sf)a, (gcc::v16sf)b, (gcc::v16sf)gcc::undefined_ps(), (mmask16)-1,
+                                            gcc::round_cur_direction);
+}
+XSHARD_SIMD_AVX512 m512 mm512_min_ps(m512 a, m512 b) {
+  return (m512)__builtin_ia32_minps512_mask((gcc::v16sf)a, (gcc::v16sf)b, (gcc::v16sf)gcc::undefined_ps(), (mmask16)-1,
                                             gcc::round_cur_direction);
 }
 XSHARD_SIMD_AVX512 m512 mm512_sqrt_ps(m512 a) {

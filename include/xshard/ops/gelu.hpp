@@ -11,7 +11,8 @@
 // e.g. gelu(1) = 0.8413447460685429 (none), 0.8411919906082768 (tanh).
 // The decomposition is that formula evaluated element by element with
 // std::erf, std::tanh and std::exp (what the xtensor expression of it computes); the kernel is the same
-// formula on xsimd batches, one pass over contiguous data. Which runs is
+// formula on xsimd batches, one pass over contiguous data, with float erf as
+// the rational function of erf_float.hpp (within 3.9e-7 of erf). Which runs is
 // composite_policy's choice for "gelu" / "gelu_backward" unless a
 // composite_mode is passed. Both propagate NaN; gelu(+inf) = +inf, and
 // gelu(-inf) is NaN (-inf * 0), as the formula (and torch's) gives.
@@ -28,6 +29,7 @@
 #include "arch/x86.hpp"
 #include "composite_policy.hpp"
 #include "composite_support.hpp"
+#include "erf_float.hpp"
 
 namespace xshard {
 
@@ -95,36 +97,29 @@ void gelu_backward_decomposition(const T* g, const T* x, T* dx, std::size_t n, g
 
 // ---- fused kernel: the same formulas on xsimd batches ---------------------
 
-/// erf(u) and exp(-u^2) on a batch. For float this is xsimd 8.1's erf
-/// algorithm (its erf_kernel polynomials: erf1 below |u| = 2/3,
-/// 1 - exp(-u^2) erfc2 above) with both ranges evaluated and selected per
-/// lane instead of behind `any()` branches, and exp(-u^2) handed back: the
-/// backward's Gaussian density is the same exponential, so the fused
-/// backward computes it once. Double uses xsimd::erf and xsimd::exp.
-template <class T>
-std::pair<batch_t<T>, batch_t<T>> erf_and_gauss(const batch_t<T>& u) {
-  using B = batch_t<T>;
-  const B x = xsimd::abs(u);
-  const B gauss = xsimd::exp(-(x * x));
-  if constexpr (std::is_same_v<T, float>) {
-    using poly = xsimd::kernel::detail::erf_kernel<B>;  // xsimd 8.1 internals
-    const B small = u * poly::erf1(x * x);
-    const B z = x / (B(1.f) + x) - B(0.4f);
-    B large = B(1.f) - gauss * poly::erfc2(z);
-    large = xsimd::select(u < B(0.f), -large, large);
-    const B r = xsimd::select(x < B(2.f / 3.f), small, large);
-    return {xsimd::select(xsimd::isinf(u), xsimd::sign(u), r), gauss};
-  } else {
-    return {xsimd::erf(u), gauss};
-  }
-}
-
+/// erf(u) on a batch: for float the rational function of ops/erf_float.hpp
+/// in its order (as the x86 kernels evaluate it), for double xsimd::erf.
 template <class T>
 batch_t<T> erf_batch(const batch_t<T>& u) {
-  if constexpr (std::is_same_v<T, float>)
-    return erf_and_gauss<T>(u).first;
-  else
+  using B = batch_t<T>;
+  if constexpr (std::is_same_v<T, float>) {
+    using E = erf_float;
+    const B x = xsimd::min(B(E::clamp), xsimd::max(B(-E::clamp), u));
+    const B s = x * x;
+    B p = xsimd::fma(B(E::p6), s, B(E::p5));
+    p = xsimd::fma(p, s, B(E::p4));
+    p = xsimd::fma(p, s, B(E::p3));
+    p = xsimd::fma(p, s, B(E::p2));
+    p = xsimd::fma(p, s, B(E::p1));
+    p = xsimd::fma(p, s, B(E::p0));
+    B q = xsimd::fma(B(E::q4), s, B(E::q3));
+    q = xsimd::fma(q, s, B(E::q2));
+    q = xsimd::fma(q, s, B(E::q1));
+    q = xsimd::fma(q, s, B(1.0f));
+    return xsimd::max(B(-1.0f), xsimd::min(B(1.0f), (x * p) / q));
+  } else {
     return xsimd::erf(u);
+  }
 }
 
 template <class T>
@@ -164,10 +159,8 @@ void gelu_backward_kernel_range(const T* g, const T* x, T* dx, std::size_t n, ge
     simd_map<T>(
         n, dx,
         [](const B& gv, const B& v) {
-          // exp(-u^2) with u = x / sqrt 2 is exp(-x^2 / 2): shared by erf and the density.
-          const auto [erf, gauss] = erf_and_gauss<T>(v * B(c::sqrt1_2));
-          const B cdf = B(c::half) * (B(c::one) + erf);
-          const B pdf = gauss * B(c::inv_sqrt_2pi);
+          const B cdf = B(c::half) * (B(c::one) + erf_batch<T>(v * B(c::sqrt1_2)));
+          const B pdf = xsimd::exp(B(-c::half) * (v * v)) * B(c::inv_sqrt_2pi);
           return gv * (cdf + v * pdf);
         },
         g, x);

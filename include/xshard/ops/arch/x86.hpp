@@ -2,18 +2,17 @@
 // AVX-512 and AVX2 + FMA intrinsics under target attributes, so a binary
 // built without -march runs them on the CPU's widest vectors (ops/gelu.hpp,
 // ops/softmax.hpp, ops/rms_norm.hpp and ops/layer_norm.hpp pick one by
-// active_isa()): gelu, gelu_backward and gelu_backward_from_output (erf
+// active_isa()): erf, gelu, gelu_backward and gelu_backward_from_output (erf
 // form), softmax and softmax_backward of contiguous rows, rms_norm,
 // layer_norm and their backwards of contiguous rows, and the graph's bias
 // adds and bias gradients' row sums (graph/ops.hpp: a row op a vector).
 // xsimd 8.1 defines its wide batches only when the TU itself is compiled
 // for them, hence intrinsics here.
 //
-// The math is the portable kernel's (ops/gelu.hpp, erf_and_gauss): xsimd
-// 8.1's float erf polynomials (erf1 below |u| = 2/3, 1 - exp(-u^2) erfc2
-// above, both evaluated and selected per lane) and its float exp (k = round(a
-// / ln 2), a Cephes polynomial on the remainder, 2^k by the exponent bits);
-// the backward shares exp(-x^2 / 2) between erf and the Gaussian density.
+// The math is the portable kernel's (ops/gelu.hpp): erf as the rational
+// function of ops/erf_float.hpp, and xsimd 8.1's float exp (k = round(a /
+// ln 2), a Cephes polynomial on the remainder, 2^k by the exponent bits) for
+// the backward's Gaussian density.
 // Softmax is the portable kernel's three passes (max; exp and sum; scale)
 // with the same exp. One body per instruction set, stamped out by
 // XSHARD_X86_KERNEL_BODIES over a struct of primitives.
@@ -45,6 +44,7 @@ inline simd_isa row_isa(std::size_t n) {
 #include <limits>
 
 #include "../../core/x86_simd.hpp"
+#include "../erf_float.hpp"
 
 // GCC 12 reports the undefined pass-through operands of AVX-512 operations
 // (core/x86_simd.hpp) as maybe uninitialized once inlined (GCC bug 105593).
@@ -73,6 +73,7 @@ struct avx512_f32 {
   XSHARD_X86_AVX512 XSHARD_X86_INLINE static V fnma(V a, V b, V c) { return simd::mm512_fnmadd_ps(a, b, c); }
   XSHARD_X86_AVX512 XSHARD_X86_INLINE static V abs(V a) { return simd::mm512_abs_ps(a); }
   XSHARD_X86_AVX512 XSHARD_X86_INLINE static V max(V a, V b) { return simd::mm512_max_ps(a, b); }
+  XSHARD_X86_AVX512 XSHARD_X86_INLINE static V min(V a, V b) { return simd::mm512_min_ps(a, b); }
   /// To the nearest integer (ties to even, the default rounding mode).
   XSHARD_X86_AVX512 XSHARD_X86_INLINE static V round(V a) {
     return simd::mm512_cvtepi32_ps(simd::mm512_cvtps_epi32(a));
@@ -109,6 +110,7 @@ struct avx2_f32 {
   XSHARD_X86_AVX2 XSHARD_X86_INLINE static V fnma(V a, V b, V c) { return simd::mm256_fnmadd_ps(a, b, c); }
   XSHARD_X86_AVX2 XSHARD_X86_INLINE static V abs(V a) { return simd::mm256_andnot_ps(simd::mm256_set1_ps(-0.0f), a); }
   XSHARD_X86_AVX2 XSHARD_X86_INLINE static V max(V a, V b) { return simd::mm256_max_ps(a, b); }
+  XSHARD_X86_AVX2 XSHARD_X86_INLINE static V min(V a, V b) { return simd::mm256_min_ps(a, b); }
   XSHARD_X86_AVX2 XSHARD_X86_INLINE static V round(V a) { return simd::mm256_cvtepi32_ps(simd::mm256_cvtps_epi32(a)); }
   XSHARD_X86_AVX2 XSHARD_X86_INLINE static V ldexp(V x, V k) {
     const simd::m256i e =
@@ -142,51 +144,34 @@ struct avx2_f32 {
     y = O::add(O::fma(y, O::mul(x, x), x), O::set1(1.0f));                                                            \
     return O::if_le(a, O::set1(-88.3762626647949f), O::set1(0.0f), O::ldexp(y, k));                                   \
   }                                                                                                                   \
-  /* erf(u) into *erf, exp(-u^2) returned. */                                                                         \
-  TARGET XSHARD_X86_INLINE OPS::V erf_and_gauss(OPS::V u, OPS::V* erf) {                                              \
+  /* erf(u): the rational function of ops/erf_float.hpp, in its order. */                                             \
+  TARGET XSHARD_X86_INLINE OPS::V erf_of(OPS::V u) {                                                                  \
     using O = OPS;                                                                                                    \
-    const O::V x = O::abs(u), x2 = O::mul(x, x);                                                                      \
-    const O::V gauss = exp_of(O::sub(O::set1(0.0f), x2));                                                             \
-    O::V p = O::set1(-6.095205117313012e-04f);                                                                        \
-    p = O::fma(p, x2, O::set1(5.013293006147870e-03f));                                                               \
-    p = O::fma(p, x2, O::set1(-2.678010670585737e-02f));                                                              \
-    p = O::fma(p, x2, O::set1(1.128218315189123e-01f));                                                               \
-    p = O::fma(p, x2, O::set1(-3.761252839094832e-01f));                                                              \
-    p = O::fma(p, x2, O::set1(1.128379154774254e+00f));                                                               \
-    const O::V small = O::mul(u, p);                                                                                  \
-    const O::V z = O::sub(O::div(x, O::add(O::set1(1.0f), x)), O::set1(0.4f));                                        \
-    O::V q = O::set1(-2.628299919293280e+00f);                                                                        \
-    q = O::fma(q, z, O::set1(6.702908785399893e+00f));                                                                \
-    q = O::fma(q, z, O::set1(-6.409487379234005e+00f));                                                               \
-    q = O::fma(q, z, O::set1(3.260765682222576e+00f));                                                                \
-    q = O::fma(q, z, O::set1(-1.364514006347145e+00f));                                                               \
-    q = O::fma(q, z, O::set1(1.562764709849380e-01f));                                                                \
-    q = O::fma(q, z, O::set1(1.420508523645926e-01f));                                                                \
-    q = O::fma(q, z, O::set1(3.843569094305250e-01f));                                                                \
-    q = O::fma(q, z, O::set1(1.603704761054187e-01f));                                                                \
-    q = O::fma(q, z, O::set1(-1.137035586823118e+00f));                                                               \
-    q = O::fma(q, z, O::set1(5.392844046572836e-01f));                                                                \
-    O::V large = O::fnma(gauss, q, O::set1(1.0f));                                                                    \
-    large = O::if_lt(u, O::set1(0.0f), O::sub(O::set1(0.0f), large), large);                                          \
-    O::V r = O::if_lt(x, O::set1(2.0f / 3.0f), small, large);                                                         \
-    /* +-inf: +-1 (the large form would divide inf by inf) */                                                         \
-    const O::V inf = O::set1(std::numeric_limits<float>::infinity());                                                 \
-    r = O::if_eq(x, inf, O::if_lt(u, O::set1(0.0f), O::set1(-1.0f), O::set1(1.0f)), r);                               \
-    *erf = r;                                                                                                         \
-    return gauss;                                                                                                     \
+    using E = erf_float;                                                                                              \
+    const O::V x = O::min(O::set1(E::clamp), O::max(O::set1(-E::clamp), u));                                          \
+    const O::V s = O::mul(x, x);                                                                                      \
+    O::V p = O::fma(O::set1(E::p6), s, O::set1(E::p5));                                                               \
+    p = O::fma(p, s, O::set1(E::p4));                                                                                 \
+    p = O::fma(p, s, O::set1(E::p3));                                                                                 \
+    p = O::fma(p, s, O::set1(E::p2));                                                                                 \
+    p = O::fma(p, s, O::set1(E::p1));                                                                                 \
+    p = O::fma(p, s, O::set1(E::p0));                                                                                 \
+    O::V q = O::fma(O::set1(E::q4), s, O::set1(E::q3));                                                               \
+    q = O::fma(q, s, O::set1(E::q2));                                                                                 \
+    q = O::fma(q, s, O::set1(E::q1));                                                                                 \
+    q = O::fma(q, s, O::set1(1.0f));                                                                                  \
+    return O::max(O::set1(-1.0f), O::min(O::set1(1.0f), O::div(O::mul(x, p), q)));                                    \
   }                                                                                                                   \
   TARGET XSHARD_X86_INLINE OPS::V gelu_of(OPS::V v) {                                                                 \
     using O = OPS;                                                                                                    \
-    O::V erf;                                                                                                         \
-    (void)erf_and_gauss(O::mul(v, O::set1(0.70710678118654752440f)), &erf);                                           \
+    const O::V erf = erf_of(O::mul(v, O::set1(0.70710678118654752440f)));                                             \
     return O::mul(O::mul(O::set1(0.5f), v), O::add(O::set1(1.0f), erf));                                              \
   }                                                                                                                   \
   TARGET XSHARD_X86_INLINE OPS::V gelu_backward_of(OPS::V g, OPS::V v) {                                              \
     using O = OPS;                                                                                                    \
-    O::V erf;                                                                                                         \
-    const O::V gauss = erf_and_gauss(O::mul(v, O::set1(0.70710678118654752440f)), &erf);                              \
-    const O::V cdf = O::mul(O::set1(0.5f), O::add(O::set1(1.0f), erf));                                               \
-    const O::V pdf = O::mul(gauss, O::set1(0.39894228040143267794f));                                                 \
+    const O::V cdf =                                                                                                  \
+        O::mul(O::set1(0.5f), O::add(O::set1(1.0f), erf_of(O::mul(v, O::set1(0.70710678118654752440f)))));            \
+    const O::V pdf = O::mul(exp_of(O::mul(O::set1(-0.5f), O::mul(v, v))), O::set1(0.39894228040143267794f));          \
     return O::mul(g, O::fma(v, pdf, cdf));                                                                            \
   }                                                                                                                   \
   /* The backward from the forward's output y = gelu(v): cdf = y / v (1/2 where |v| < 1e-30, whose y would */         \
@@ -208,6 +193,12 @@ struct avx2_f32 {
     std::array<float, OPS::lanes> buf;                                                                                \
     OPS::store(buf.data(), v);                                                                                        \
     std::copy(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(r), p);                                          \
+  }                                                                                                                   \
+  TARGET inline void erf(const float* u, float* y, std::size_t n) {                                                   \
+    using O = OPS;                                                                                                    \
+    std::size_t i = 0;                                                                                                \
+    for (; i + O::lanes <= n; i += O::lanes) O::store(y + i, erf_of(O::load(u + i)));                                 \
+    if (i < n) store_first(y + i, n - i, erf_of(load_padded(u + i, n - i, 0.0f)));                                    \
   }                                                                                                                   \
   TARGET inline void gelu(const float* x, float* y, std::size_t n) {                                                  \
     using O = OPS;                                                                                                    \
