@@ -90,6 +90,40 @@ TEST(EinsumBlocking, RowsReadInPlace) {  // A row stride 800 floats: read in pla
   }
 }
 
+// Every row count's tiles (detail::row_tiles): on a 6-row kernel (AVX2, the
+// portable one) a last tile of 1 or 2 rows joins the one before it as 4 + 3
+// or 4 + 4 rows, and 4 rows run a 4-row kernel; with A read in place and
+// packed (A's rows along M: "ki,kj"), M around MR, MC = 144 and 2 MC, K
+// crossing KC, against the naive loop and the same for 1, 2 and 3 threads;
+// both layouts give the same bits (the same sums in the same order).
+TEST(EinsumBlocking, EveryRowCountsTiles) {
+  constexpr std::size_t n = 37;
+  std::vector<std::pair<std::size_t, std::size_t>> cases;  // (M, K)
+  for (std::size_t m = 1; m <= 20; ++m) cases.emplace_back(m, 70);
+  for (std::size_t m : {25, 26, 31, 32, 64, 128, 145, 146, 148}) cases.emplace_back(m, 70);
+  for (std::size_t m : {32, 146, 290}) cases.emplace_back(m, 390);  // K crosses KC
+  for (const auto& [m, k] : cases) {
+    xt::random::seed(static_cast<unsigned>(m));
+    const xt::xtensor<float, 2> a = xt::random::randn<float>({m, k});
+    const xt::xtensor<float, 2> at = xt::transpose(a);  // [k, m]: M has unit stride, A is packed
+    const xt::xtensor<float, 2> b = xt::random::randn<float>({k, n});
+    const auto want = naive(
+        1, m, n, k, [&](std::size_t, std::size_t i, std::size_t p) { return double(a(i, p)); },
+        [&](std::size_t, std::size_t p, std::size_t j) { return double(b(p, j)); });
+    const auto in_place =
+        same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ik,kj->ij">(a, b)); });
+    const auto packed =
+        same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ki,kj->ij">(at, b)); });
+    expect_close(
+        want, 1, m, n, k, [&](std::size_t, std::size_t i, std::size_t j) { return double(in_place(i, j)); },
+        "ik,kj with M = " + std::to_string(m));
+    expect_close(
+        want, 1, m, n, k, [&](std::size_t, std::size_t i, std::size_t j) { return double(packed(i, j)); },
+        "ki,kj with M = " + std::to_string(m));
+    EXPECT_TRUE(in_place == packed) << "M = " << m << ": the same sums in the same order";
+  }
+}
+
 TEST(EinsumBlocking, RowsPackedWhenStrideIsMultipleOf4KiB) {  // A is a column slice of a 1024-wide tensor
   xt::random::seed(2);
   const xt::xtensor<float, 2> base = xt::random::randn<float>({M, std::size_t{1024}});

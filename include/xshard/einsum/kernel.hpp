@@ -195,16 +195,41 @@ struct aligned_buffer {
   }
 };
 
-/// Packs rows [i0, i0 + mc) x k [p0, p0 + kc) of A into MR-row panels
-/// (panel r holds a[p * MR + i]; zero rows past mc). Reads straight from
-/// the operand: MR contiguous elements per k when M has unit stride, a
-/// strided or table-driven row otherwise.
-template <class T, int MR>
+/// The row tiles of a macro-tile of mc rows: tile t is rows [start, start +
+/// rows), MR rows each but the last. With Four (a kernel that also runs 4
+/// rows: MR = 6, where 4 rows fill the FMA pipes as 6 do and 1-3 rows are
+/// bound by the FMA latency, costing what 4 do), a last tile of 1 or 2 rows
+/// joins the full tile before it and the two run as 4 + 3 or 4 + 4 rows:
+/// 32 rows as 6, 6, 6, 6, 4, 4 instead of 6, 6, 6, 6, 6, 2 (about 32 against
+/// 34 cycles per k on AVX2). The count is ceil(mc / MR) either way, and
+/// tile t's packed panel is the t-th of MR rows.
+template <int MR, bool Four>
+struct row_tiles {
+  std::size_t mc, count;
+  bool joined;
+  explicit row_tiles(std::size_t m)
+      : mc(m), count((m + MR - 1) / MR), joined(Four && m > MR && (m % MR == 1 || m % MR == 2)) {}
+  std::pair<std::size_t, std::size_t> operator[](std::size_t t) const {
+    if (joined && t + 2 >= count) {
+      const std::size_t first = (count - 2) * MR;
+      return t + 2 == count ? std::pair<std::size_t, std::size_t>{first, 4} : std::pair{first + 4, mc - first - 4};
+    }
+    return {t * MR, std::min<std::size_t>(MR, mc - t * MR)};
+  }
+};
+
+/// Packs rows [i0, i0 + mc) x k [p0, p0 + kc) of A into MR-row panels, one
+/// per row tile (row_tiles; panel t holds a[p * MR + i] for the tile's
+/// rows, zero rows past them). Reads straight from the operand: MR
+/// contiguous elements per k when M has unit stride, a strided or
+/// table-driven row otherwise.
+template <class T, int MR, bool Four = false>
 void pack_a(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t i0, std::size_t mc, std::size_t p0,
             std::size_t kc, T* out, const stride_info& m_stride, const stride_info& k_stride) {
-  for (std::size_t r = 0; r < mc; r += MR) {
-    T* panel = out + r * kc;
-    const std::size_t rows = std::min<std::size_t>(MR, mc - r);
+  const row_tiles<MR, Four> tiles(mc);
+  for (std::size_t t = 0; t < tiles.count; ++t) {
+    const auto [r, rows] = tiles[t];
+    T* panel = out + t * MR * kc;
     const T* a0 = g.a + base + g.a_m[i0 + r];
     if (m_stride.uniform && m_stride.stride == 1 && rows == static_cast<std::size_t>(MR)) {
       for (std::size_t p = 0; p < kc; ++p) {
@@ -366,7 +391,7 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
   const T* const bias = g.bias && p0 + kc == g.a_k.size() ? g.bias + j0 : nullptr;
   alignas(64) T ctile[MR * NR];
   T* rows[MR];
-  // One micro-kernel call: `used` rows (a multiple of 3) of A times the B
+  // One micro-kernel call: `used` rows (Kernel::rows_for) of A times the B
   // panel; the tile's row i is C's row c0 + i, of which rows [lo, hi) are
   // written (straight into C when that is all of them, C's rows are
   // contiguous and the panel is full; else through ctile).
@@ -406,17 +431,19 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
     }
   };
   auto a_row = [&](std::size_t i) { return g.a + g.a_batch[bi] + g.a_m[i] + static_cast<std::ptrdiff_t>(p0); };
-  for (std::size_t ir = 0; ir < mc; ir += MR) {
-    const std::size_t mw = std::min<std::size_t>(MR, mc - ir), c0 = i0 + ir;
-    const int rows_used = static_cast<int>((mw + 2) / 3 * 3);  // the kernel's rows: mw rounded up to 3
-    // A read in place: a tile of mw rows not a multiple of 3 runs the
-    // kernel of rows_used rows over a window of A that ends at its last row
+  const row_tiles<MR, Kernel::four> tiles(mc);
+  for (std::size_t t = 0; t < tiles.count; ++t) {
+    const auto [ir, mw] = tiles[t];
+    const std::size_t c0 = i0 + ir;
+    const int rows_used = Kernel::rows_for(static_cast<int>(mw));  // the kernel's rows
+    // A read in place: a tile of mw rows that no kernel runs exactly runs
+    // the kernel of rows_used rows over a window of A that ends at its last row
     // and overlaps rows already done (still rows of A; only the tile's own
     // rows are written). Packed (zero-padded) when A has fewer rows than
     // that before the tile's end.
     const int shift = rows_used - static_cast<int>(mw);  // rows of the window before the tile
     const bool in_place = st.direct_a && c0 + mw >= static_cast<std::size_t>(rows_used);
-    const T* a_panel = st.ap + ir * kc;
+    const T* a_panel = st.ap + t * MR * kc;
     if (in_place) {
       a_panel = a_row(c0 + mw - static_cast<std::size_t>(rows_used));
       if (ir + 2 * MR <= mc) {  // the next panel's rows, while this one computes
@@ -425,7 +452,7 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
           for (std::size_t p = 0; p < kc; p += 64 / sizeof(T)) __builtin_prefetch(next + i * st.m_a.stride + p, 0, 2);
       }
     } else if (st.direct_a) {
-      pack_a<T, MR>(g, g.a_batch[bi], c0, mw, p0, kc, st.ap, st.m_a, st.k_a);
+      pack_a<T, MR, Kernel::four>(g, g.a_batch[bi], c0, mw, p0, kc, st.ap, st.m_a, st.k_a);
       a_panel = st.ap;
     }
     for (std::size_t jr = 0; jr < nc; jr += NR) {
@@ -480,7 +507,7 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
                                              st.bp + packed_from * kc, st.n_b, st.k_b);
         for (std::size_t i0 = r.m0; i0 < r.m1; i0 += MC) {
           const std::size_t mc = std::min(MC, r.m1 - i0);
-          if (!st.direct_a) pack_a<T, MR>(g, g.a_batch[bi], i0, mc, p0, kc, st.ap, st.m_a, st.k_a);
+          if (!st.direct_a) pack_a<T, MR, Kernel::four>(g, g.a_batch[bi], i0, mc, p0, kc, st.ap, st.m_a, st.k_a);
           gemm_macro_tile<T, Kernel>(g, st, bi, i0, mc, j0, nc, p0, kc, g.accumulate || p0 > 0);
         }
       }
@@ -521,12 +548,20 @@ struct gemm_by_arch {
     static constexpr int mr = Ops::rows, nr = 2 * Ops::template lanes<T>;
     /// Whether B's columns are packed with the x86 (AVX2) transposes.
     static constexpr bool x86_packing = !std::is_same_v<Ops, xsimd_ops>;
+    /// Whether a 4-row kernel runs 4-row tiles (row_tiles): at MR = 6 (2 x 4
+    /// accumulators keep the two FMA pipes busy through their latency).
+    static constexpr bool four = mr == 6;
+    /// The kernel's rows for a tile of mw rows: 4 itself where `four`, else
+    /// mw rounded up to a multiple of 3.
+    static constexpr int rows_for(int mw) { return four && mw == 4 ? 4 : (mw + 2) / 3 * 3; }
     static void run(int rows, std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b,
                     std::ptrdiff_t bs, T* const* c, bool add, const T* bias) {
       if constexpr (mr > 9)
         if (rows > 9) return micro_run<Ops, T, mr>(kc, a, rs, cs, b, bs, c, add, bias);
       if constexpr (mr > 6)
         if (rows > 6) return micro_run<Ops, T, 9>(kc, a, rs, cs, b, bs, c, add, bias);
+      if constexpr (four)
+        if (rows == 4) return micro_run<Ops, T, 4>(kc, a, rs, cs, b, bs, c, add, bias);
       if constexpr (mr > 3)
         if (rows > 3) return micro_run<Ops, T, 6>(kc, a, rs, cs, b, bs, c, add, bias);
       micro_run<Ops, T, 3>(kc, a, rs, cs, b, bs, c, add, bias);

@@ -25,8 +25,8 @@
 // The body: MR rows x 2 vectors of accumulators over kc steps, then each C
 // row stored (add: loaded and summed first). A's element (i, p) is at
 // a[i * rs + p * cs]: (1, MR) for a packed panel, (lda, 1) for rows read in
-// place; the rows are addressed from MR / 3 base pointers plus three row
-// offsets, which keeps every address in a register. The C tile is
+// place; the rows are addressed from ceil(MR / 3) base pointers plus three
+// row offsets, which keeps every address in a register. The C tile is
 // prefetched first so its lines arrive while the k loop runs. A bias (NR
 // values, one per column) is added to every row as it is stored (the last
 // K block's call): a bias add in the GEMM's epilogue, in the same order as a
@@ -36,8 +36,7 @@
   TARGET void NAME(std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b, std::ptrdiff_t bs, \
                    T* const* c_rows, bool add, const T* bias) {                                                     \
     using V = decltype(OPS::zero(a));                                                                               \
-    constexpr int L = OPS::template lanes<T>, Q = MR / 3;                                                           \
-    static_assert(MR % 3 == 0);                                                                                     \
+    constexpr int L = OPS::template lanes<T>, Q = (MR + 2) / 3;                                                     \
     for (int i = 0; i < MR; ++i) __builtin_prefetch(c_rows[i], 1, 3);                                               \
     V acc[MR][2];                                                                                                   \
     _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = OPS::zero(a);                     \
@@ -48,6 +47,7 @@
       const V b0 = OPS::load(b), b1 = OPS::load(b + L);                                                             \
       _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q) {                                                         \
         _Pragma("GCC unroll 3") for (int r = 0; r < 3; ++r) {                                                       \
+          if (3 * q + r >= MR) break; /* a last group of fewer than 3 rows */                                       \
           const V ai = OPS::bcast(base[q] + off[r]);                                                                \
           acc[3 * q + r][0] = OPS::fma(ai, b0, acc[3 * q + r][0]);                                                  \
           acc[3 * q + r][1] = OPS::fma(ai, b1, acc[3 * q + r][1]);                                                  \
