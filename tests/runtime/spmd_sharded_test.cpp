@@ -199,6 +199,33 @@ TEST(SpmdSharded, RedistributeEveryPairOfSpecs) {
 
 namespace {
 
+// constrain / redistribute of an rvalue already laid out so moves its block
+// (graph::constrain at a layer's end hands it over); an lvalue, or a plan
+// with steps, gives a new block. Every case still gathers to the input.
+TEST(SpmdSharded, ConstrainOfAnRvalueOfTheSameLayoutMovesItsBlock) {
+  xshard::thread_mesh<xshard::mesh<"x=2, y=2">> mesh;
+  xt::xtensor<float, 2> x = xt::zeros<float>({6, 4});
+  for (std::size_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>(i);
+  std::mutex mu;
+  int moved = 0, copied = 0, gathered = 0;
+  mesh.run([&](auto& dev) {
+    auto a = xshard::distribute<spec<"x, None">>(dev, x);
+    const float* const block = a.local().data();
+    auto b = xshard::constrain<spec<"x, None">>(std::move(a));  // the same layout: moved
+    const auto c = xshard::constrain<spec<"x, None">>(b);       // an lvalue: copied
+    const bool b_moved = b.local().data() == block, c_copied = c.local().data() != block;
+    const auto d = xshard::redistribute<spec<"None, y">>(std::move(b));  // a plan with steps
+    const bool full = xshard::gather(c) == x && xshard::gather(d) == x;
+    std::lock_guard lock(mu);
+    moved += b_moved;
+    copied += c_copied;
+    gathered += full;
+  });
+  EXPECT_EQ(moved, 4);
+  EXPECT_EQ(copied, 4);
+  EXPECT_EQ(gathered, 4);
+}
+
 TEST(SpmdSharded, RankMismatchAtRunTimeNamesTheSpec) {
   xshard::thread_mesh<xshard::mesh<"x=2, y=2">> mesh;
   const xt::xarray<float> x = xt::zeros<float>({4, 4, 4});

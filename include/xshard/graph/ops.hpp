@@ -1492,7 +1492,7 @@ struct rule<constrain_op<S>> {
   template <class X>
   static auto eval(X&& a) {
     if constexpr (Sharded<X>)
-      return ::xshard::constrain<S>(a);
+      return ::xshard::constrain<S>(std::forward<X>(a));  // an rvalue of the same layout: its block moved
     else if constexpr (::xshard::detail::is_pooled_tensor<std::remove_cvref_t<X>>::value &&
                        std::is_lvalue_reference_v<X>)
       return ::xshard::detail::fresh_copy_of(a);  // the current workspace's, if any

@@ -520,22 +520,29 @@ constexpr redist_plan redistribute_plan() {
 }
 
 /// x under spec S2 (no longer partial): the cheapest plan of the rule table
-/// (layout.hpp).
+/// (layout.hpp). A sharded rvalue hands its block to the plan, so a plan of
+/// no steps (x already laid out so) moves the block instead of copying it.
 template <Spec S2, Sharded X>
-auto redistribute(const X& x) {
+auto redistribute(X&& x) {
   using D = std::remove_cvref_t<X>;
   using T = typename D::value_type;
   constexpr redist_plan plan = redistribute_plan<D, S2>();
-  const auto& shape = x.global_shape();
-  xt::xtensor<T, D::rank> block = detail::run_plan<T, D::rank>(x.device(), plan, D::mesh_shape, shape, x.local());
+  const std::array<std::int64_t, D::rank> shape = x.global_shape();
+  xt::xtensor<T, D::rank> block = [&] {
+    if constexpr (std::is_lvalue_reference_v<X> || std::is_const_v<std::remove_reference_t<X>> ||
+                  !std::is_same_v<std::remove_cvref_t<decltype(x.local())>, xt::xtensor<T, D::rank>>)
+      return detail::run_plan<T, D::rank>(x.device(), plan, D::mesh_shape, shape, x.local());
+    else
+      return detail::run_plan<T, D::rank>(x.device(), plan, D::mesh_shape, shape, std::move(x.local()));
+  }();
   return sharded<T, D::rank, typename D::mesh_type, S2>(x.device(), shape, std::move(block));
 }
 
 /// A sharding constraint (torch_xla's mark_sharding inside a computation):
 /// the same as redistribute.
 template <Spec S2, Sharded X>
-auto constrain(const X& x) {
-  return redistribute<S2>(x);
+auto constrain(X&& x) {
+  return redistribute<S2>(std::forward<X>(x));
 }
 
 /// An elementwise f applied to this device's block: the result keeps x's
