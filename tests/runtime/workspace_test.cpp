@@ -355,6 +355,39 @@ std::vector<std::size_t> train_stacked(xshard::stacked_params<L>& params, std::s
   return made;
 }
 
+// A graph layer's vjp handed its result's gradient (an rvalue, as
+// scan_layers' pullback hands each layer the next one's input gradient)
+// starts the backward from that tensor: one buffer fewer from the workspace
+// than for a gradient it may only read, and the same gradients, bit for bit.
+// scan_layers hands a graph layer views of its stacked parameters (it tells
+// by taking &vjp<views>): with an overloaded vjp it would copy every layer's
+// parameters, every step.
+static_assert(xshard::detail::takes_param_views<Block>);
+static_assert(xshard::detail::takes_param_views<Decoder>);
+
+TEST(Workspace, AGraphLayersVjpStartsFromAGradientHandedOver) {
+  xt::random::seed(5);
+  const Block l;
+  const Block::params p{random<r2>({hidden, width}, 0.25f), random<r1>({hidden}, 0.1f),
+                        random<r2>({width, hidden}, 0.1f), random<r1>({width}, 0.1f)};
+  const Block::input x = random<r2>({batch, width}, 1.0f);
+  const auto [y, r] = l.forward(p, x);
+  const Block::output gy = random<r2>({batch, width}, 1.0f);
+  xshard::workspace ws;
+  const xshard::workspace::scope use(ws);
+  const auto taken = [&] { return ws.stats().reuses + ws.stats().allocations; };
+  const std::size_t t0 = taken();
+  const auto read = l.vjp(p, r, gy);
+  const std::size_t t1 = taken();
+  Block::output handed = gy;
+  const std::size_t t2 = taken();
+  const auto moved = l.vjp(p, r, std::move(handed));
+  const std::size_t t3 = taken();
+  EXPECT_EQ((t1 - t0) - (t3 - t2), 1u) << "buffers taken: " << t1 - t0 << " reading gy, " << t3 - t2 << " handed it";
+  EXPECT_TRUE(read.first == moved.first);
+  EXPECT_TRUE(read.second == moved.second);
+}
+
 TEST(Workspace, StackedGradientsComeFromItAndGoBack) {
   auto with = init_params(Block{}), without = init_params(Block{});
   xshard::workspace ws;

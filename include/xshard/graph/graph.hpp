@@ -774,7 +774,7 @@ struct program {
   /// from the residuals r of a forward under any policy (what it did not
   /// keep is recomputed first) and the result's gradient gy.
   template <class G, class... P>
-  static auto backward(const residuals& r, const G& gy, const P&... p) {
+  static auto backward(const residuals& r, G&& gy, const P&... p) {
     using X = std::tuple_element_t<0, Decl>;
     using Leaves = std::tuple<X, P...>;
     values_t<Leaves> v;
@@ -812,7 +812,8 @@ struct program {
                   ::xshard::detail::shape_text(std::span(v.shapes[size - 1].extents.data(), v.shapes[size - 1].rank)) +
                   " (backward)");
     using root_ct = std::remove_cvref_t<decltype(*std::get<size - 1>(ct))>;
-    std::get<size - 1>(ct).emplace(as_type<root_ct>(gy));  // the declared output may name size-1 mesh axes
+    // The declared output may name size-1 mesh axes; a gy handed over is moved, not copied.
+    std::get<size - 1>(ct).emplace(as_type<root_ct>(std::forward<G>(gy)));
     scopes_t scopes;
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       (
@@ -1000,18 +1001,18 @@ struct layer {
   std::pair<output, residuals> forward(const P& p, const input& x) const {
     return forward_with<policy::save_all>(p, x);
   }
-  template <class P = params>
-  std::pair<params, input> vjp(const P& p, const residuals& r, const output& gy) const {
-    return std::apply(
-        [&](const auto&... q) {
-          auto ct = program_type::backward(r, gy, q...);
-          return [&]<std::size_t... I>(std::index_sequence<I...>) {
-            params grads{program_type::template leaf_gradient<I + 1>(ct, std::get<I>(p))...};
-            return std::pair<params, input>{std::move(grads), input_gradient(ct, r)};
-          }
-          (std::make_index_sequence<param_count>{});
-        },
-        p);
+  /// The gradients from the result's gradient gy. A gy handed over (an
+  /// output rvalue: scan_layers' pullback hands each layer the gradient the
+  /// next one made) is where the backward starts, instead of a copy. One
+  /// template, whose GY defaults to `const output&`: scan_layers takes
+  /// `&vjp<views>` to see that a layer reads its parameters through views.
+  template <class P = params, class GY = const output&>
+  std::pair<params, input> vjp(const P& p, const residuals& r,
+                               GY&& gy) const requires std::convertible_to<GY&&, output> {
+    if constexpr (std::is_same_v<std::remove_cvref_t<GY>, output>)
+      return vjp_from(p, r, std::forward<GY>(gy));
+    else
+      return vjp_from(p, r, output(std::forward<GY>(gy)));
   }
   template <class P = params>
   std::pair<output, dots> forward_saving_dots(const P& p, const input& x) const {
@@ -1038,6 +1039,20 @@ struct layer {
   static consteval auto backward_plan() { return program_type::template plan<true>(); }
 
  private:
+  template <class P, class GY>
+  static std::pair<params, input> vjp_from(const P& p, const residuals& r, GY&& gy) {
+    return std::apply(
+        [&](const auto&... q) {
+          auto ct = program_type::backward(r, std::forward<GY>(gy), q...);
+          return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            params grads{program_type::template leaf_gradient<I + 1>(ct, std::get<I>(p))...};
+            return std::pair<params, input>{std::move(grads), input_gradient(ct, r)};
+          }
+          (std::make_index_sequence<param_count>{});
+        },
+        p);
+  }
+
   template <class CT>
   static input input_gradient(CT& ct, const residuals& r) {
     constexpr std::size_t i = [] {

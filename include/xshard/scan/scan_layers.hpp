@@ -360,15 +360,15 @@ class scan_layers_pullback {
       const auto p = detail::layer_args<L>(*params_, i);
       auto r = detail::in_layer(i, "backward", [&] {
         auto res = remat_residuals(*layer_, p, std::move(saved_[i]));
-        auto out = layer_->vjp(p, res, gy);
+        auto out = layer_->vjp(p, res, std::move(gy));  // a graph layer starts its backward from gy itself
         detail::recycle(std::move(res));
         return out;
       });
       detail::recycle(std::move(saved_[i]));  // what remat_residuals left (a recompute's input)
       saved_.pop_back();                      // free as we go
       take(i, std::move(r.first));
-      detail::recycle(std::move(r.first));  // moved-from when take kept them
-      detail::recycle(std::exchange(gy, std::move(r.second)));
+      detail::recycle(std::move(r.first));                      // moved-from when take kept them
+      detail::recycle(std::exchange(gy, std::move(r.second)));  // empty when the vjp took it
     }
     return gy;
   }
