@@ -551,16 +551,27 @@ struct gemm_by_arch {
     /// Whether a 4-row kernel runs 4-row tiles (row_tiles): at MR = 6 (2 x 4
     /// accumulators keep the two FMA pipes busy through their latency).
     static constexpr bool four = mr == 6;
-    /// The kernel's rows for a tile of mw rows: 4 itself where `four`, else
-    /// mw rounded up to a multiple of 3.
-    static constexpr int rows_for(int mw) { return four && mw == 4 ? 4 : (mw + 2) / 3 * 3; }
+    /// Whether 8- and 4-row kernels run the tiles of 7-8 and 4 rows: at
+    /// MR = 12 (AVX-512: 16 and 8 accumulators, still enough for the pipes),
+    /// instead of 9 and 6 rows with padding: the last tiles of M = 32 (12,
+    /// 12, 8) and M = 64 (12 x 5, 4), a training step's shapes.
+    static constexpr bool eight = mr == 12;
+    /// The kernel's rows for a tile of mw rows: 4 itself where `four` or
+    /// `eight`, 7-8 as 8 where `eight`, else mw rounded up to a multiple of 3.
+    static constexpr int rows_for(int mw) {
+      if ((four || eight) && mw == 4) return 4;
+      if (eight && (mw == 7 || mw == 8)) return 8;
+      return (mw + 2) / 3 * 3;
+    }
     static void run(int rows, std::size_t kc, const T* a, std::ptrdiff_t rs, std::ptrdiff_t cs, const T* b,
                     std::ptrdiff_t bs, T* const* c, bool add, const T* bias) {
       if constexpr (mr > 9)
         if (rows > 9) return micro_run<Ops, T, mr>(kc, a, rs, cs, b, bs, c, add, bias);
+      if constexpr (eight)
+        if (rows == 8) return micro_run<Ops, T, 8>(kc, a, rs, cs, b, bs, c, add, bias);
       if constexpr (mr > 6)
         if (rows > 6) return micro_run<Ops, T, 9>(kc, a, rs, cs, b, bs, c, add, bias);
-      if constexpr (four)
+      if constexpr (four || eight)
         if (rows == 4) return micro_run<Ops, T, 4>(kc, a, rs, cs, b, bs, c, add, bias);
       if constexpr (mr > 3)
         if (rows > 3) return micro_run<Ops, T, 6>(kc, a, rs, cs, b, bs, c, add, bias);
