@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -256,13 +257,31 @@ class fiber_host {
     return npos;
   }
 
-  /// Nothing can run: spin, then yield, then sleep until progress.
+  /// How long a thread whose fibers all wait spins before it yields and
+  /// then sleeps: a group's other members usually arrive within a layer's
+  /// work (tens of microseconds), and a futex sleep costs a wake-up of
+  /// about that much on a VM (the thread pool spins as long, for the same reason).
+  static constexpr std::chrono::microseconds idle_spin_time{200};
+
+  /// Nothing can run: spin for idle_spin_time, then yield a few times,
+  /// then sleep until progress. Round 0 starts the clock.
   void idle_step(int round, std::uint64_t seen) {
-    if (round < 32) {
+    if (round == 0) {
+      idle_until_ = std::chrono::steady_clock::now() + idle_spin_time;
+      idle_spinning_ = true;
+      idle_yields_ = 0;
+    }
+    if (idle_spinning_) {
+      for (int i = 0; i < 16; ++i) {
 #if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        asm volatile("yield");
 #endif
-    } else if (round < 96) {
+      }
+      if ((round & 15) == 15 && std::chrono::steady_clock::now() >= idle_until_) idle_spinning_ = false;
+    } else if (idle_yields_ < 32) {
+      ++idle_yields_;
       std::this_thread::yield();
     } else {
       progress_->wait_change(seen);
@@ -318,6 +337,9 @@ class fiber_host {
   progress_signal* progress_ = nullptr;
   enter_fn on_enter_ = nullptr;
   void* enter_ctx_ = nullptr;
+  std::chrono::steady_clock::time_point idle_until_{};
+  bool idle_spinning_ = false;
+  int idle_yields_ = 0;
   static inline thread_local fiber_host* current_ = nullptr;
 };
 

@@ -124,7 +124,7 @@ class thread_rendezvous {
   /// Forgets a broken run (only while no device runs).
   void reset() {
     std::lock_guard lock(mu_);
-    arrived_ = 0;
+    arrived_.store(0);
     std::fill(calls_.begin(), calls_.end(), 0);
   }
   /// Wakes the waiters so they look again at who has left.
@@ -144,8 +144,11 @@ class thread_rendezvous {
   std::vector<std::uint64_t> calls_;   // calls posted, per rank (touched by that rank only)
   std::mutex mu_;
   std::condition_variable cv_;
-  std::int64_t arrived_ = 0;
+  // Arrivals are counted without the mutex; it only guards the sleep on
+  // cv_ of a member with a thread of its own (sleepers_ of them).
+  std::atomic<std::int64_t> arrived_{0};
   std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> sleepers_{0};
 };
 
 /// The state the devices of one thread_mesh share: its groups' rendezvous
@@ -254,22 +257,26 @@ inline void thread_rendezvous::broken(std::int64_t kind) const {
 }
 
 inline void thread_rendezvous::arrive_and_wait(std::int64_t kind) {
-  std::unique_lock lock(mu_);
-  const std::uint64_t gen = generation_.load(std::memory_order_relaxed);
-  if (++arrived_ == size()) {
-    arrived_ = 0;
-    generation_.store(gen + 1, std::memory_order_release);
-    lock.unlock();
-    cv_.notify_all();
+  // No member can advance the generation before this one has arrived.
+  const std::uint64_t gen = generation_.load(std::memory_order_seq_cst);
+  if (arrived_.fetch_add(1, std::memory_order_seq_cst) + 1 == size()) {
+    // The last to arrive: the count is back at 0 before anyone sees the
+    // new generation (and so before anyone can arrive at the next call).
+    arrived_.store(0, std::memory_order_relaxed);
+    generation_.store(gen + 1, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+      { std::lock_guard lock(mu_); }  // a sleeper is in cv_.wait or has seen the generation
+      cv_.notify_all();
+    }
     mesh_.progress().bump();
     return;
   }
+  const auto done = [&] { return generation_.load(std::memory_order_seq_cst) != gen; };
   if (fiber_host* host = fiber_host::current()) {
     // This device shares its thread with others (more devices than worker
     // threads): run them while the group gathers.
-    lock.unlock();
-    host->wait_until([&] { return generation_.load(std::memory_order_acquire) != gen || member_left(); });
-    if (generation_.load(std::memory_order_acquire) != gen) return;
+    host->wait_until([&] { return done() || member_left(); });
+    if (done()) return;
     broken(kind);
   }
   // Yield a while before sleeping: with a core each, the group is usually
@@ -277,14 +284,15 @@ inline void thread_rendezvous::arrive_and_wait(std::int64_t kind) {
   // hands the core to a member that has yet to arrive (on train_mlp's 2x2
   // mesh on 2 cores, sleeping at once made the run 1.4x slower: a futex
   // wake and a switch for every waiter at every collective).
-  lock.unlock();
   for (int i = 0; i < 64; ++i) {
-    if (generation_.load(std::memory_order_acquire) != gen) return;
+    if (done()) return;
     std::this_thread::yield();
   }
-  lock.lock();
-  cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != gen || member_left(); });
-  if (generation_.load(std::memory_order_acquire) != gen) return;
+  std::unique_lock lock(mu_);
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  cv_.wait(lock, [&] { return done() || member_left(); });
+  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  if (done()) return;
   broken(kind);
 }
 
