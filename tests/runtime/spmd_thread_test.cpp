@@ -19,6 +19,7 @@
 #include <xshard/trace/trace.hpp>
 
 #include "../spmd/collective_cases.hpp"
+#include "../support/alloc_counter.hpp"  // replaces operator new: counts the collectives' allocations
 #include "../support/expect_error.hpp"
 #include "../support/scoped_env.hpp"
 
@@ -238,6 +239,51 @@ TEST(SpmdThreadReduce, FloatSumKernelsMatchTheLoop) {
 #else
   GTEST_SKIP() << "no x86 kernels in this build";
 #endif
+}
+
+// A run's collectives allocate nothing once their groups have met and the
+// staging slots have grown: the same calls again (small inputs staged, large
+// ones reduced in place, gathers, scatters, barriers) on one device per
+// thread, on fibers of one thread, and on fibers of two threads.
+TEST(SpmdThreadCollectives, SteadyStateAllocatesNothing) {
+  using M = xshard::mesh<"x=2, y=2">;
+  for (std::int64_t workers : {std::int64_t{4}, std::int64_t{1}, std::int64_t{2}}) {
+    SCOPED_TRACE("workers " + std::to_string(workers));
+    xshard::thread_mesh<M> devices(workers);
+    std::atomic<std::size_t> allocations{0};
+    std::atomic<int> wrong{0};
+    devices.run([&](auto& dev) {
+      std::vector<float> small(64), large(40000), gathered(2 * 64), scattered(32);
+      std::vector<std::int64_t> counts(4);
+      const auto round = [&] {
+        std::fill(small.begin(), small.end(), 1.0f);
+        std::fill(large.begin(), large.end(), 2.0f);
+        dev.all_reduce(small, reduce_op::sum, dev.axes("x"));
+        dev.all_reduce(large, reduce_op::sum, dev.axes("x, y"));
+        dev.all_gather(std::span<const float>(small.data(), 64), gathered, dev.axes("y"));
+        dev.reduce_scatter(std::span<const float>(small.data(), 64), scattered, reduce_op::sum, dev.axes("y"));
+        std::fill(counts.begin(), counts.end(), std::int64_t{1});
+        dev.all_reduce(counts, reduce_op::max, dev.axes("x"));
+        dev.barrier(dev.axes("x, y"));
+        // small: 2 after x; gathered: two copies of it; scattered: 4 (two 2s).
+        if (small[0] != 2.0f || large[39999] != 8.0f || gathered[127] != 2.0f || scattered[31] != 4.0f ||
+            counts[3] != 1)
+          ++wrong;
+      };
+      for (int i = 0; i < 3; ++i) round();  // every group met, every slot grown
+      dev.barrier(dev.axes("x, y"));
+      const std::size_t before = xshard_test::alloc_stats::allocations();
+      dev.barrier(dev.axes("x, y"));
+      for (int i = 0; i < 20; ++i) round();
+      dev.barrier(dev.axes("x, y"));
+      const std::size_t after = xshard_test::alloc_stats::allocations();
+      allocations += after - before;
+    });
+    EXPECT_EQ(wrong.load(), 0);
+    // Each device read the process-wide count around the same span: any
+    // allocation on any device during it shows on all four.
+    EXPECT_EQ(allocations.load(), 0u);
+  }
 }
 
 // Worker threads: the constructor's count, checked, and the default.

@@ -389,53 +389,59 @@ inline bool at_offset(const void* p, const void* base, std::size_t bytes) {
 /// The group's parts in one collective, by rank (calls[r] from the member of
 /// rank r, whose device id is member_id(r)), checked against each other and
 /// against the collective's rules. Returns "" when they agree, else the
-/// message every member throws. `pairs` are this member's permute pairs
-/// (the same on every member once the keys agree).
-template <class MemberId>
+/// message every member throws. axes_text() names the axes (called only
+/// for a message). `pairs` are this member's permute pairs (the same on
+/// every member once the keys agree).
+template <class MemberId, class AxesText>
 std::string check_collective_calls(std::span<const detail::collective_call> calls, MemberId&& member_id,
-                                   std::string_view axes_text, std::span<const rank_pair> pairs) {
+                                   AxesText&& axes_text, std::span<const rank_pair> pairs) {
   using detail::collective_call;
   const collective_call& c0 = calls[0];
   const auto g = static_cast<std::int64_t>(calls.size());
-  std::string head = "xshard: " + std::string(detail::call_name(c0.kind)) + " over " + std::string(axes_text) + ": ";
+  // Built only for a message: agreeing calls (every collective of a run)
+  // allocate nothing here.
+  auto head = [&] {
+    return "xshard: " + std::string(detail::call_name(c0.kind)) + " over " + std::string(axes_text()) + ": ";
+  };
   auto device = [&](std::int64_t r) { return "device " + std::to_string(member_id(r)); };
   for (std::int64_t r = 1; r < g; ++r)
     if (calls[r].kind != c0.kind)
-      return "xshard: mismatched collectives over " + std::string(axes_text) + ": " + device(r) + " called " +
+      return "xshard: mismatched collectives over " + std::string(axes_text()) + ": " + device(r) + " called " +
              std::string(detail::call_name(calls[r].kind)) + ", " + device(0) + " called " +
              std::string(detail::call_name(c0.kind));
   if (c0.kind == detail::barrier_call) return {};
   const auto kind = static_cast<collective_kind>(c0.kind);
   for (std::int64_t r = 1; r < g; ++r)
     if (calls[r].type != c0.type)
-      return head + device(r) + " passes " + detail::element_name(calls[r].type) + " elements, " + device(0) +
+      return head() + device(r) + " passes " + detail::element_name(calls[r].type) + " elements, " + device(0) +
              " passes " + detail::element_name(c0.type);
   if (kind == collective_kind::all_reduce || kind == collective_kind::reduce_scatter)
     for (std::int64_t r = 1; r < g; ++r)
       if (calls[r].op != c0.op)
-        return head + device(r) + " reduces with " + std::string(reduce_op_name(static_cast<reduce_op>(calls[r].op))) +
-               ", " + device(0) + " with " + std::string(reduce_op_name(static_cast<reduce_op>(c0.op)));
+        return head() + device(r) + " reduces with " +
+               std::string(reduce_op_name(static_cast<reduce_op>(calls[r].op))) + ", " + device(0) + " with " +
+               std::string(reduce_op_name(static_cast<reduce_op>(c0.op)));
   for (std::int64_t r = 1; r < g; ++r)
     if (calls[r].in_count != c0.in_count)
-      return head + device(r) + " has " + std::to_string(calls[r].in_count) + " elements, " + device(0) + " has " +
+      return head() + device(r) + " has " + std::to_string(calls[r].in_count) + " elements, " + device(0) + " has " +
              std::to_string(c0.in_count);
   const std::int64_t n = c0.in_count;
   if ((kind == collective_kind::reduce_scatter || kind == collective_kind::all_to_all) && n % g != 0)
-    return head + std::to_string(n) + " elements do not split into " + std::to_string(g) + " equal chunks";
+    return head() + std::to_string(n) + " elements do not split into " + std::to_string(g) + " equal chunks";
   std::int64_t want = n;  // all-reduce, all-to-all, permute: out as large as in
   if (kind == collective_kind::all_gather) want = g * n;
   if (kind == collective_kind::reduce_scatter) want = n / g;
   for (std::int64_t r = 0; r < g; ++r) {
     if (calls[r].out_count != want)
-      return head + device(r) + "'s output has " + std::to_string(calls[r].out_count) + " elements, it needs " +
+      return head() + device(r) + "'s output has " + std::to_string(calls[r].out_count) + " elements, it needs " +
              std::to_string(want);
-    if (calls[r].flags & detail::call_overlap) return head + device(r) + "'s input and output overlap";
+    if (calls[r].flags & detail::call_overlap) return head() + device(r) + "'s input and output overlap";
     if (calls[r].flags & detail::call_count_too_big)
-      return head + device(r) + "'s buffers hold more elements than the backend moves in one call";
+      return head() + device(r) + "'s buffers hold more elements than the backend moves in one call";
   }
   if (kind != collective_kind::permute) return {};
   for (std::int64_t r = 1; r < g; ++r)
-    if (calls[r].key != c0.key) return head + device(r) + " passes other pairs than " + device(0);
+    if (calls[r].key != c0.key) return head() + device(r) + " passes other pairs than " + device(0);
   auto pair_text = [](const rank_pair& p) {
     return "(" + std::to_string(p.first) + ", " + std::to_string(p.second) + ")";
   };
@@ -443,14 +449,14 @@ std::string check_collective_calls(std::span<const detail::collective_call> call
     const rank_pair& p = pairs[i];
     for (std::int64_t rank : {p.first, p.second})
       if (rank < 0 || rank >= g)
-        return head + "pair " + pair_text(p) + " names rank " + std::to_string(rank) + ", but the group has " +
+        return head() + "pair " + pair_text(p) + " names rank " + std::to_string(rank) + ", but the group has " +
                std::to_string(g) + " devices";
     for (std::size_t j = 0; j < i; ++j) {
       if (pairs[j].first == p.first)
-        return head + "rank " + std::to_string(p.first) + " is the source of two pairs, " + pair_text(pairs[j]) +
+        return head() + "rank " + std::to_string(p.first) + " is the source of two pairs, " + pair_text(pairs[j]) +
                " and " + pair_text(p);
       if (pairs[j].second == p.second)
-        return head + "rank " + std::to_string(p.second) + " is the target of two pairs, " + pair_text(pairs[j]) +
+        return head() + "rank " + std::to_string(p.second) + " is the target of two pairs, " + pair_text(pairs[j]) +
                " and " + pair_text(p);
     }
   }
@@ -673,7 +679,8 @@ class basic_device {
   std::string check_calls(std::span<const detail::collective_call> calls, axis_set axes,
                           std::span<const rank_pair> pairs) const {
     return check_collective_calls(
-        calls, [&](std::int64_t r) { return member_id(axes, r); }, axis_set_text(*axes_, axes).view(), pairs);
+        calls, [&](std::int64_t r) { return member_id(axes, r); }, [&] { return axis_set_text(*axes_, axes).str(); },
+        pairs);
   }
 
  private:
