@@ -181,18 +181,23 @@ mesh_run train_on_mesh(const data_set& data, const std::vector<DenseBlock::param
       if (lead && i + traced_steps == steps) tracer.start();
       const xshard::trace_me scope("train/step", {{"step", step}});
       dev.reset_counters();
-      const auto x = xshard::distribute<Layout::batch>(dev, rows(data.x, step));
-      const auto target = xshard::distribute<Layout::batch>(dev, rows(data.y, step));
-      auto [y, pullback] = xshard::scan_layers_vjp(block, params, x, o.policy);
+      auto x = xshard::distribute<Layout::batch>(dev, rows(data.x, step));
+      auto target = xshard::distribute<Layout::batch>(dev, rows(data.y, step));
+      auto [y, pullback] = xshard::scan_layers_vjp(block, params, std::move(x), o.policy);
       // Mean squared error: each device's block of rows; the sum over the
       // batch is an all-reduce over data (model replicas hold the same rows).
-      const auto diff = xshard::local_zip(y, target, [](const auto& a, const auto& b) { return a - b; });
+      auto diff = xshard::local_zip(y, target, [](const auto& a, const auto& b) { return a - b; });
       float loss = xt::sum(diff.local() * diff.local())() / T(batch * width);
       dev.all_reduce(std::span<float>(&loss, 1), xshard::reduce_op::sum, xshard::axis_set{1});
-      const auto gy = xshard::local_map(diff, [](const auto& d) { return d * (T(2) / T(batch * width)); });
+      auto gy = xshard::local_map(diff, [](const auto& d) { return d * (T(2) / T(batch * width)); });
       // Each layer updated as soon as the backward makes its gradients
-      // (optimizer::layer_updates): no gradient stack. (dx: unused.)
-      (void)pullback(gy, opt.layer_updates(params));
+      // (optimizer::layer_updates): no gradient stack. (dx: unused.) What
+      // the step is done with goes back to the device's workspace.
+      auto dx = pullback(std::move(gy), opt.layer_updates(params));
+      ws.recycle(std::move(y));
+      ws.recycle(std::move(dx));
+      ws.recycle(std::move(diff));
+      ws.recycle(std::move(target));
       if (dev.counters().total_calls() != collectives_per_step(o.policy)) {
         std::lock_guard lock(mu);
         run.mismatch = "device " + std::to_string(dev.id()) + " step " + std::to_string(step) + ": " +

@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +33,7 @@
 #include <xshard/ops/gelu.hpp>
 #include <xshard/optim/optimizer.hpp>
 #include <xshard/scan/scan_layers.hpp>
+#include <xshard/spmd/thread_mesh.hpp>
 #include <xtensor/xrandom.hpp>
 
 #include "../support/alloc_counter.hpp"  // replaces operator new: counts every allocation
@@ -425,5 +427,93 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::string(xshard::remat_name(info.param.policy)) + "_" + std::to_string(info.param.threads) + "_threads";
     });
+
+// The same step on a 2x2 thread mesh (train_mlp's layout: batch over data,
+// the MLP's weights over model), each device with a workspace of its own:
+// from step 3 on, no device allocates (its sharded values' blocks, their
+// copies and the collectives' buffers included), on a thread per device
+// and on fibers of two threads; and the same parameters as without one.
+using Mesh = xshard::mesh<"data=2, model=2">;
+using MeshLayout = xshard::data_model_mlp<Mesh>;
+using MeshBlock = xshard::mlp_block<T, MeshLayout>;
+
+/// Per step (from the process-wide count, so every device's allocations
+/// show), and each device's final parameters gathered.
+struct mesh_training {
+  std::vector<std::size_t> allocations;
+  std::vector<float> params;
+};
+
+mesh_training train_on_mesh(std::int64_t workers, bool with_workspace) {
+  auto dense = init_params(Block{});
+  std::vector<Block::params> per_layer;
+  for (std::size_t l = 0; l < layers; ++l)
+    per_layer.push_back(
+        {xt::xtensor<T, 2>(xt::view(std::get<0>(dense), l)), xt::xtensor<T, 1>(xt::view(std::get<1>(dense), l)),
+         xt::xtensor<T, 2>(xt::view(std::get<2>(dense), l)), xt::xtensor<T, 1>(xt::view(std::get<3>(dense), l))});
+  xt::random::seed(5);
+  const xt::xtensor<T, 2> input = xt::random::randn<T>({batch, width});
+  const xt::xtensor<T, 2> target = xt::random::randn<T>({batch, width});
+  constexpr std::size_t steps = 4;
+  mesh_training out;
+  out.allocations.assign(steps, 0);
+  std::mutex mu;
+  xshard::thread_mesh<Mesh> devices(workers);
+  devices.run([&](auto& dev) {
+    std::vector<MeshBlock::params> blocks;
+    for (const auto& p : per_layer)
+      blocks.push_back({xshard::distribute<MeshLayout::w_in>(dev, std::get<0>(p)),
+                        xshard::distribute<MeshLayout::b_in>(dev, std::get<1>(p)),
+                        xshard::distribute<MeshLayout::w_out>(dev, std::get<2>(p)),
+                        xshard::distribute<MeshLayout::b_out>(dev, std::get<3>(p))});
+    auto params = xshard::stack_params<MeshBlock>(blocks);
+    xshard::optimizer<xshard::sgd, xshard::stacked_params<MeshBlock>> opt({.lr = T(0.05)}, params);
+    const auto x_in = xshard::distribute<MeshLayout::batch>(dev, input);
+    const auto t_in = xshard::distribute<MeshLayout::batch>(dev, target);
+    using X = MeshBlock::input;
+    xshard::workspace ws;
+    std::optional<xshard::workspace::scope> use;
+    if (with_workspace) use.emplace(ws);
+    const auto block_of = [&](const X& v) {  // a fresh sharded copy, from the workspace if any
+      return X(v);
+    };
+    const T scale = T(2) / T(batch * width);
+    MeshBlock block;
+    for (std::size_t s = 0; s < steps; ++s) {
+      dev.barrier(dev.axes("data, model"));
+      const std::size_t before = stats::allocations();
+      dev.barrier(dev.axes("data, model"));
+      auto [y, pullback] = xshard::scan_layers_vjp(block, params, block_of(x_in), xshard::remat::dots_saveable);
+      X gy = block_of(y);
+      xt::noalias(gy.local()) = (y.local() - t_in.local()) * scale;
+      auto dx = pullback(std::move(gy), opt.layer_updates(params));
+      xshard::detail::recycle(std::move(y));
+      xshard::detail::recycle(std::move(dx));
+      dev.barrier(dev.axes("data, model"));
+      if (dev.id() == 0) out.allocations[s] = stats::allocations() - before;
+      dev.barrier(dev.axes("data, model"));
+    }
+    const std::lock_guard lock(mu);
+    if (dev.id() != 0) return;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (out.params.insert(out.params.end(), std::get<I>(params).local().begin(), std::get<I>(params).local().end()),
+       ...);
+    }
+    (std::make_index_sequence<4>{});
+  });
+  return out;
+}
+
+TEST(Workspace, AMeshStepAllocatesNothingFromStepThree) {
+  for (std::int64_t workers : {std::int64_t{4}, std::int64_t{2}}) {
+    SCOPED_TRACE("workers " + std::to_string(workers));
+    const mesh_training with = train_on_mesh(workers, true);
+    const mesh_training without = train_on_mesh(workers, false);
+    EXPECT_EQ(with.allocations[2], 0u) << "step 3 allocated";
+    EXPECT_EQ(with.allocations[3], 0u) << "step 4 allocated";
+    EXPECT_GT(without.allocations[2], 40u);  // the same step without workspaces: its tensors
+    EXPECT_EQ(with.params, without.params);  // device 0's blocks, bit for bit
+  }
+}
 
 }  // namespace

@@ -300,6 +300,17 @@ xt::xtensor<T, N> fresh_copy(const E& e) {
   return xt::xtensor<T, N>(e);
 }
 
+/// e as a tensor of its own: e itself when it is one (an rvalue
+/// xt::xtensor<T, N>: moved), else evaluated into a fresh tensor
+/// (fresh_copy: the current workspace's, if any).
+template <class T, std::size_t N, class E>
+xt::xtensor<T, N> owned_or_fresh(E&& e) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<E>, xt::xtensor<T, N>> && !std::is_lvalue_reference_v<E>)
+    return std::move(e);
+  else
+    return fresh_copy<T, N>(e);
+}
+
 /// A copy of v: in a fresh tensor (fresh_copy) when V is a float or double
 /// xt::xtensor, else V's copy.
 template <class V>

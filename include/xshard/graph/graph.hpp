@@ -479,8 +479,12 @@ CT as_type(C&& c) {
               return true;
             }(),
         "xshard::graph: two values of one node have different layouts (constrain one of them)");
-    auto block = c.local();
-    return CT(c.device(), c.global_shape(), std::move(block));
+    constexpr bool view = requires { typename D::owning_type; };  // a sharded_view: no block of its own
+    if constexpr (std::is_lvalue_reference_v<C> || view)
+      return CT(c.device(), c.global_shape(),
+                ::xshard::detail::fresh_copy<typename CT::value_type, CT::rank>(c.local()));  // the workspace's
+    else
+      return CT(c.device(), c.global_shape(), std::move(c.local()));  // an owning rvalue: its block moves
   }
 }
 

@@ -114,10 +114,7 @@ using plain_t = xt::xtensor<element_t<V>, rank_v<V>>;
 /// if any: core/workspace.hpp).
 template <class V, class E>
 plain_t<V> to_plain(E&& e) {
-  if constexpr (std::is_same_v<std::remove_cvref_t<E>, plain_t<V>> && !std::is_lvalue_reference_v<E>)
-    return std::move(e);
-  else
-    return ::xshard::detail::fresh_copy<element_t<V>, rank_v<V>>(e);
+  return ::xshard::detail::owned_or_fresh<element_t<V>, rank_v<V>>(std::forward<E>(e));
 }
 
 /// g (numpy-broadcast from shape s) summed back to shape s, as a tensor of
@@ -640,10 +637,21 @@ struct rule<binary_op<B>> {
                            [](const auto& u, const auto& v) { return u * v; });
         }
       };
-      if constexpr (detail::is_bias_of<G, A>())
-        return einsum_to<"...m->m", typename D::spec_type>(scaled());
-      else
+      if constexpr (detail::is_bias_of<G, A>()) {
+        // The rank-1 operand's gradient: g (scaled) summed over the rows,
+        // read where it is (no copy of g for a bias add); a scaled
+        // temporary goes back to the workspace, if any.
+        if constexpr (passes) {
+          return einsum_to<"...m->m", typename D::spec_type>(g);
+        } else {
+          auto t = scaled();
+          auto r = einsum_to<"...m->m", typename D::spec_type>(t);
+          ::xshard::detail::recycle(std::move(t));
+          return r;
+        }
+      } else {
         return scaled();
+      }
     } else {
       constexpr std::size_t R = detail::rank_v<A>;
       if constexpr (passes)

@@ -32,6 +32,7 @@
 #include "../core/diagnostics.hpp"
 #include "../core/error.hpp"
 #include "../core/tensor_traits.hpp"
+#include "../core/workspace.hpp"
 #include "../mesh/mesh.hpp"
 #include "../sharding/spec.hpp"
 #include "../sharding/visualize.hpp"
@@ -179,10 +180,18 @@ class sharded {
                     std::to_string(global_[d]));
   }
 
-  /// A copy of a view's block (Partial is 0, as a view's).
+  /// A copy of a view's block (Partial is 0, as a view's), in a buffer of
+  /// the current workspace if any (core/workspace.hpp), as every copy of a
+  /// sharded value is: a training step's copies (a layer's saved input, a
+  /// gradient handed to two operands) then allocate nothing.
   template <axis_set P = Partial>
   requires(P == 0) explicit sharded(const sharded_view<T, R, M, S>& v)
-      : dev_(v.device()), global_(v.global_shape()), local_(v.local()) {}
+      : dev_(v.device()), global_(v.global_shape()), local_(detail::fresh_copy<T, R>(v.local())) {}
+  sharded(const sharded& o) : dev_(o.dev_), global_(o.global_), local_(detail::fresh_copy<T, R>(o.local_)) {}
+  sharded(sharded&&) noexcept = default;
+  sharded& operator=(const sharded&) = default;
+  sharded& operator=(sharded&&) noexcept = default;
+  ~sharded() = default;
 
   /// This device's block.
   const xt::xtensor<T, R>& local() const { return local_; }
@@ -278,12 +287,12 @@ std::array<std::int64_t, R> shape_of(const xt::xtensor<T, R>& t) {
   return s;
 }
 
+/// A block of `shape` (contents unspecified): the current workspace's, if any.
 template <class T, std::size_t R, std::size_t N>
 xt::xtensor<T, R> new_block(const static_vector<std::int64_t, N>& shape) {
   std::array<std::size_t, R> s{};
   for (std::size_t d = 0; d < R; ++d) s[d] = static_cast<std::size_t>(shape[d]);
-  xt::xtensor<T, R> t(s);
-  return t;
+  return fresh_tensor<T, R>(s);
 }
 
 /// Local block of `global` (row-major, shape `shape`) for `slices`.
@@ -483,11 +492,16 @@ auto distribute(Device& dev, const E& global) {
     d.b = static_cast<std::int64_t>(global.dimension());
     throw error("xshard: distribute<spec<\"" + std::string(S::text.view()) + "\">>: " + describe_text(d, {}).str());
   }
-  const xt::xtensor<T, R> g = global;  // evaluates an expression once
-  const auto shape = detail::shape_of(g);
   using result = sharded<T, R, M, S>;
-  const auto sl = local_slices(result::mesh_shape, result::resolved, shape, dev.position());
-  return result(make_device_ref<T>(dev), shape, detail::cut_block<T, R>(g.data(), shape, sl));
+  const auto place = [&](const xt::xtensor<T, R>& g) {
+    const auto shape = detail::shape_of(g);
+    const auto sl = local_slices(result::mesh_shape, result::resolved, shape, dev.position());
+    return result(make_device_ref<T>(dev), shape, detail::cut_block<T, R>(g.data(), shape, sl));
+  };
+  if constexpr (std::is_same_v<E0, xt::xtensor<T, R>>)
+    return place(global);  // read where it is
+  else
+    return place(xt::xtensor<T, R>(global));  // an expression (or another container), evaluated once
 }
 
 /// Wraps blocks computed in a manual region: `local` must be this device's
@@ -554,8 +568,8 @@ auto local_map(const X& x, F&& f) {
   static_assert(D::partial_axes == 0,
                 "xshard::local_map: x holds partial sums; redistribute or gather it before an elementwise op");
   using T = typename D::value_type;
-  return sharded<T, D::rank, typename D::mesh_type, typename D::spec_type>(x.device(), x.global_shape(),
-                                                                           xt::xtensor<T, D::rank>(f(x.local())));
+  return sharded<T, D::rank, typename D::mesh_type, typename D::spec_type>(
+      x.device(), x.global_shape(), detail::owned_or_fresh<T, D::rank>(f(x.local())));
 }
 
 /// An elementwise f of two tensors of one layout (same mesh, spec and global
@@ -572,7 +586,7 @@ auto local_zip(const X& x, const Y& y, F&& f) {
   if (x.global_shape() != y.global_shape()) throw error("xshard: local_zip: the tensors' global shapes differ");
   using T = typename D::value_type;
   return sharded<T, D::rank, typename D::mesh_type, typename D::spec_type>(
-      x.device(), x.global_shape(), xt::xtensor<T, D::rank>(f(x.local(), y.local())));
+      x.device(), x.global_shape(), detail::owned_or_fresh<T, D::rank>(f(x.local(), y.local())));
 }
 
 /// The whole tensor on every device (partial sums reduced).
