@@ -135,6 +135,8 @@ struct mesh_run {
   std::vector<DenseBlock::params> params;
   std::string mismatch;
   double seconds = 0;
+  xshard::workspace::statistics workspace;          // device 0's, at the end
+  std::size_t workspace_allocations_by_step_3 = 0;  // the buffers it had made before step 3
 };
 
 template <class Rule>
@@ -181,8 +183,17 @@ mesh_run train_on_mesh(const data_set& data, const std::vector<DenseBlock::param
       if (lead && i + traced_steps == steps) tracer.start();
       const xshard::trace_me scope("train/step", {{"step", step}});
       dev.reset_counters();
-      auto x = xshard::distribute<Layout::batch>(dev, rows(data.x, step));
-      auto target = xshard::distribute<Layout::batch>(dev, rows(data.y, step));
+      if (lead && i == 2) run.workspace_allocations_by_step_3 = ws.stats().allocations;
+      // The batch's rows (every device is handed them), then this device's block.
+      const auto place = [&](const xt::xtensor<T, 2>& all) {
+        auto rows_now = ws.tensor<T, 2>({batch, width});
+        xt::noalias(rows_now) = batch_rows(all, step);
+        auto block = xshard::distribute<Layout::batch>(dev, rows_now);
+        ws.recycle(std::move(rows_now));
+        return block;
+      };
+      auto x = place(data.x);
+      auto target = place(data.y);
       auto [y, pullback] = xshard::scan_layers_vjp(block, params, std::move(x), o.policy);
       // Mean squared error: each device's block of rows; the sum over the
       // batch is an all-reduce over data (model replicas hold the same rows).
@@ -214,7 +225,11 @@ mesh_run train_on_mesh(const data_set& data, const std::vector<DenseBlock::param
                     << (tty ? "" : "\n") << std::flush;
       }
     }
-    if (lead) tracer.stop();
+    if (lead) {
+      tracer.stop();
+      run.workspace = ws.stats();
+      if (steps <= 2) run.workspace_allocations_by_step_3 = run.workspace.allocations;
+    }
 #if defined(XSHARD_WITH_HDF5)
     if (!o.save_dir.empty()) {
       xshard::checkpoint_writer w(dev, checkpoint_file(o.save_dir), static_cast<std::int64_t>(first_step + steps));
@@ -298,6 +313,10 @@ int run(const options& o) {
     std::cout << "  every step ran exactly " << collectives_per_step(o.policy)
               << " collectives on every device, as planned\n";
     std::cout << "  " << steps << " steps on the mesh in " << mesh.seconds << " s\n";
+    std::cout << "  device 0's workspace: " << mesh.workspace.allocated_bytes / 1024 << " KiB in "
+              << mesh.workspace.allocations << " buffers, handed out "
+              << mesh.workspace.reuses + mesh.workspace.allocations << " times; buffers made from step 3 on: "
+              << mesh.workspace.allocations - mesh.workspace_allocations_by_step_3 << "\n";
     double max_param = 0;
     const double max_diff = max_abs_diff(mesh.params, single.params, max_param);
     const double tolerance = 1e-3 * max_param;
