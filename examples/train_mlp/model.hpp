@@ -58,8 +58,6 @@ inline auto batch_rows(const xt::xtensor<T, 2>& a, std::size_t step) {
   const std::size_t first = (step * batch) % samples;
   return xt::view(a, xt::range(first, first + batch), xt::all());
 }
-/// The same, copied.
-inline xt::xtensor<T, 2> rows(const xt::xtensor<T, 2>& a, std::size_t step) { return batch_rows(a, step); }
 
 /// The same training on one device, from `init` or from `o.resume_dir`'s
 /// checkpoint (global step `first_step`), for `o.steps` steps: its final

@@ -474,17 +474,15 @@ mesh_training train_on_mesh(std::int64_t workers, bool with_workspace) {
     xshard::workspace ws;
     std::optional<xshard::workspace::scope> use;
     if (with_workspace) use.emplace(ws);
-    const auto block_of = [&](const X& v) {  // a fresh sharded copy, from the workspace if any
-      return X(v);
-    };
     const T scale = T(2) / T(batch * width);
     MeshBlock block;
     for (std::size_t s = 0; s < steps; ++s) {
       dev.barrier(dev.axes("data, model"));
       const std::size_t before = stats::allocations();
       dev.barrier(dev.axes("data, model"));
-      auto [y, pullback] = xshard::scan_layers_vjp(block, params, block_of(x_in), xshard::remat::dots_saveable);
-      X gy = block_of(y);
+      auto [y, pullback] =
+          xshard::scan_layers_vjp(block, params, X(x_in), xshard::remat::dots_saveable);  // a copy: the workspace's
+      X gy(y);  // a copy of y's block, overwritten below
       xt::noalias(gy.local()) = (y.local() - t_in.local()) * scale;
       auto dx = pullback(std::move(gy), opt.layer_updates(params));
       xshard::detail::recycle(std::move(y));

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "error.hpp"
+#include "thread_pool.hpp"  // cpu_relax, spin_before_sleep
 
 #if defined(__SANITIZE_ADDRESS__)
 #define XSHARD_FIBER_ASAN 1
@@ -257,28 +258,17 @@ class fiber_host {
     return npos;
   }
 
-  /// How long a thread whose fibers all wait spins before it yields and
-  /// then sleeps: a group's other members usually arrive within a layer's
-  /// work (tens of microseconds), and a futex sleep costs a wake-up of
-  /// about that much on a VM (the thread pool spins as long, for the same reason).
-  static constexpr std::chrono::microseconds idle_spin_time{200};
-
-  /// Nothing can run: spin for idle_spin_time, then yield a few times,
-  /// then sleep until progress. Round 0 starts the clock.
+  /// Nothing can run: spin for spin_before_sleep (the thread pool's
+  /// spin: a group's other members usually arrive within a layer's work),
+  /// then yield a few times, then sleep until progress. Round 0 starts the clock.
   void idle_step(int round, std::uint64_t seen) {
     if (round == 0) {
-      idle_until_ = std::chrono::steady_clock::now() + idle_spin_time;
+      idle_until_ = std::chrono::steady_clock::now() + spin_before_sleep;
       idle_spinning_ = true;
       idle_yields_ = 0;
     }
     if (idle_spinning_) {
-      for (int i = 0; i < 16; ++i) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#elif defined(__aarch64__)
-        asm volatile("yield");
-#endif
-      }
+      for (int i = 0; i < 16; ++i) cpu_relax();
       if ((round & 15) == 15 && std::chrono::steady_clock::now() >= idle_until_) idle_spinning_ = false;
     } else if (idle_yields_ < 32) {
       ++idle_yields_;

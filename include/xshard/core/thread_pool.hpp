@@ -56,6 +56,23 @@ class task_ref {
   void (*call_)(const void*, std::size_t);
 };
 
+namespace detail {
+/// How long a thread with nothing to do spins before it sleeps (the
+/// pool's workers and callers, thread_mesh's fiber hosts): back-to-back work
+/// arrives within tens of microseconds in a training step, and a futex
+/// wake-up on a VM costs about that much.
+inline constexpr std::chrono::microseconds spin_before_sleep{200};
+
+/// A pause for a spinning thread.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace detail
+
 class thread_pool {
  public:
   explicit thread_pool(std::size_t threads) {
@@ -113,7 +130,7 @@ class thread_pool {
   }
 
  private:
-  static constexpr std::chrono::microseconds spin_time{200};
+  static constexpr std::chrono::microseconds spin_time = detail::spin_before_sleep;
 
   /// Spins until pred() or spin_time has passed; true if pred() held.
   template <class Pred>
@@ -122,7 +139,7 @@ class thread_pool {
     while (true) {
       for (int i = 0; i < 64; ++i) {
         if (pred()) return true;
-        cpu_relax();
+        detail::cpu_relax();
       }
       if (std::chrono::steady_clock::now() >= until) return pred();
     }
@@ -140,13 +157,6 @@ class thread_pool {
       --sleeping;
     }
     return lock;
-  }
-  static void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
   }
 
   /// Runs tasks until none is left: the caller first runs task 0, then
