@@ -124,18 +124,34 @@ TEST(EinsumBlocking, EveryRowCountsTiles) {
   }
 }
 
-TEST(EinsumBlocking, RowsPackedWhenStrideIsMultipleOf4KiB) {  // A is a column slice of a 1024-wide tensor
-  xt::random::seed(2);
-  const xt::xtensor<float, 2> base = xt::random::randn<float>({M, std::size_t{1024}});
-  const auto a = xt::view(base, xt::all(), xt::range(3, 3 + static_cast<long>(K)));
-  const xt::xtensor<float, 2> b = xt::random::randn<float>({K, N});
-  const auto c = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ik,kj->ij">(a, b)); });
-  const auto want = naive(
-      1, M, N, K, [&](std::size_t, std::size_t i, std::size_t p) { return double(a(i, p)); },
-      [&](std::size_t, std::size_t p, std::size_t j) { return double(b(p, j)); });
-  expect_close(
-      want, 1, M, N, K, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); },
-      "ik,kj on a 4 KiB row stride");
+// A is a column slice of a 1024-wide tensor: its rows are 4 KiB apart, so
+// A is packed, each MR-row panel transposed from rows contiguous along K
+// (on x86, eight rows by eight k in registers; K = 803 leaves a k tail of 3
+// in the last KC block, M = 151 partial row tiles). N = 347 makes B's block
+// (KC x N) larger than half of L2: the macro-kernel then holds each B
+// micro-panel while A's micro-panels go by (the AVX2 kernel's order; the
+// AVX-512 kernel's panel is too large for it). Against the naive loop, the
+// same for 1, 2 and 3 threads, and bit-identical to a contiguous copy of the
+// slice (A read in place: the same sums in the same order).
+TEST(EinsumBlocking, RowsPackedWhenStrideIsMultipleOf4KiB) {
+  for (const auto& [n, k] :
+       {std::pair<std::size_t, std::size_t>{N, K}, std::pair<std::size_t, std::size_t>{347, 803}}) {
+    xt::random::seed(2);
+    const xt::xtensor<float, 2> base = xt::random::randn<float>({M, std::size_t{1024}});
+    const auto a = xt::view(base, xt::all(), xt::range(3, 3 + static_cast<long>(k)));
+    const xt::xtensor<float, 2> a_copy = a;
+    const xt::xtensor<float, 2> b = xt::random::randn<float>({k, n});
+    const auto c = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ik,kj->ij">(a, b)); });
+    const auto want = naive(
+        1, M, n, k, [&](std::size_t, std::size_t i, std::size_t p) { return double(a(i, p)); },
+        [&](std::size_t, std::size_t p, std::size_t j) { return double(b(p, j)); });
+    const std::string shape = " (N = " + std::to_string(n) + ", K = " + std::to_string(k) + ")";
+    expect_close(
+        want, 1, M, n, k, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); },
+        "ik,kj on a 4 KiB row stride" + shape);
+    const xt::xtensor<float, 2> in_place = xshard::einsum<"ik,kj->ij">(a_copy, b);
+    EXPECT_TRUE(c == in_place) << "packed and in-place A differ" << shape;
+  }
 }
 
 // Few rows of C (<= detail::direct_b_max_rows): B's rows are read in place,
