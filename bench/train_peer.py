@@ -12,7 +12,8 @@ and 2), in one run, each timed --repeats times (the median is reported).
     python3 bench/train_peer.py [--train-mlp build/release/examples/train_mlp/train_mlp] [--steps 300]
 
 --isa avx2 caps xshard at its AVX2 kernels (XSHARD_ISA) and PyTorch at
-OpenBLAS's Haswell kernels; by default PyTorch runs with OpenBLAS's own
+OpenBLAS's Haswell kernels and ATen's AVX2 ones (ATEN_CPU_CAPABILITY, as
+bench/run_einsum.sh does); by default PyTorch runs with OpenBLAS's own
 kernel choice and with the one the CPU's ISA calls for (bench/step_peer.py).
 xshard runs with --remat dots_saveable (train_mlp's default: gelu recomputed
 in the backward) and --remat save_all (every activation the backward reads
@@ -56,8 +57,10 @@ def torch_worker(steps, threads):
     print(f"seconds={seconds} loss={loss} core={openblas_core()} blas={blas_in_use()}")
 
 
-def torch_run(steps, threads, retain=False, coretype=None):
+def torch_run(steps, threads, retain=False, coretype=None, aten=None):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    if aten:
+        env["ATEN_CPU_CAPABILITY"] = aten
     if retain:
         env.update(RETAIN_ENV)
     if coretype:
@@ -108,8 +111,8 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--isa", choices=["best", "avx2"], default="best",
-                    help="avx2: xshard's kernels capped at AVX2 (XSHARD_ISA) and PyTorch's OpenBLAS on its Haswell "
-                         "kernels, for the AVX2 comparison on an AVX-512 machine")
+                    help="avx2: xshard's kernels capped at AVX2 (XSHARD_ISA), PyTorch's OpenBLAS on its Haswell "
+                         "kernels and ATen on its AVX2 ones, for the AVX2 comparison on an AVX-512 machine")
     ap.add_argument("--torch-worker", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
@@ -133,13 +136,15 @@ def main():
             for r in remats:
                 xs[r][threads].append(xshard_seconds(args.train_mlp, args.steps, threads, xisa, r))
             for v in variants:
-                seconds, cores[v], blas = torch_run(args.steps, threads, retain=v[1], coretype=v[0])
+                seconds, cores[v], blas = torch_run(args.steps, threads, retain=v[1], coretype=v[0],
+                                                    aten="avx2" if args.isa == "avx2" else None)
                 ts[v][threads].append(seconds)
     med = lambda d: {t: statistics.median(d[t]) for t in (1, 2)}
     isa_note = f", XSHARD_ISA={xisa}" if xisa else ""
     rows = [(f"xshard (`train_mlp --devices 1 --remat {r}`){isa_note}", med(xs[r])) for r in remats]
     for v in variants:
-        how = f"OPENBLAS_CORETYPE={v[0]}" if v[0] else "OpenBLAS's own detection"
+        how = (f"OPENBLAS_CORETYPE={v[0]}" if v[0] else "OpenBLAS's own detection") + (
+            ", ATEN_CPU_CAPABILITY=avx2" if args.isa == "avx2" else "")
         rows.append((f"PyTorch {torch.__version__} eager, {how} ({cores[v]})" + (", glibc heap retained" if v[1]
                                                                                     else ""), med(ts[v])))
     print(f"PyTorch's BLAS: {blas}")

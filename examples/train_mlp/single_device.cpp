@@ -84,8 +84,9 @@ single_device_run train(const data_set& data, const std::vector<DenseBlock::para
     gy *= T(2) / T(batch * width);  // the loss's gradient
     // Each layer updated while its gradients are still in cache (the
     // optimizer in the backward: the same arithmetic as opt.step on a
-    // gradient stack, which is never written). dx: unused.
-    ws.recycle(pullback(std::move(gy), opt.layer_updates(ref)));
+    // gradient stack, which is never written). The batch is data: no input
+    // gradient (the first layer's dx GEMM is skipped).
+    pullback.params_only(std::move(gy), opt.layer_updates(ref));
     if (alone && o.progress && (i % std::max<std::size_t>(1, o.steps / 10) == 0 || i + 1 == o.steps))
       std::cout << "step " << step + 1 << "  loss " << run.losses[i] << "\n";
   }

@@ -312,6 +312,99 @@ TEST(Graph, ScanLayersOverAGraphLayerEqualsTheHandWrittenStack) {
   }
 }
 
+/// y = x * w along the last dim ("bd,d->bd"), counting its input-gradient
+/// vjps (K = 0).
+struct counted_scale {
+  static inline int input_vjps = 0;
+  template <class X, class W>
+  static auto forward(const X& x, const W& w) {
+    return x * w;
+  }
+  template <std::size_t K, class G, class Y, class X, class W>
+  static auto vjp(const G& g, const Y&, const X& x, const W& w) {
+    if constexpr (K == 0) {
+      ++input_vjps;
+      return xt::xtensor<typename X::value_type, 2>(g * w);
+    } else {
+      return xt::xtensor<typename X::value_type, 1>(xt::sum(g * x, {0}));
+    }
+  }
+};
+
+/// x -> layer_norm(x) * gain -> the MLP's body, plus x: the layer_norm node
+/// depends on the input alone, so a backward without the input gradient
+/// makes neither its cotangent nor counted_scale's input vjp.
+struct scaled_mlp_def {
+  using T = double;
+  using input = xt::xtensor<T, 2>;
+  using params = std::tuple<xt::xtensor<T, 1>, xt::xtensor<T, 2>, xt::xtensor<T, 2>>;
+  static constexpr std::array<std::string_view, 3> param_names{"gain", "w1", "w2"};
+  template <class X, class Gain, class W1, class W2>
+  static auto forward(X x, Gain gain, W1 w1, W2 w2) {
+    auto n = g::custom<"counted_scale", "bd,d->bd", counted_scale>(g::layer_norm(x), gain);
+    return x + g::einsum<"bf,df->bd">(g::gelu(g::einsum<"bd,fd->bf">(n, w1)), w2);
+  }
+};
+
+// vjp_params: the parameters' gradients of vjp, bit for bit, under each
+// policy's residuals, without the input's gradient or the products that only
+// feed it (counted_scale's input vjp is not called).
+TEST(Graph, VjpParamsEqualsVjpsParameterGradientsAndSkipsTheInputs) {
+  xt::random::seed(9);
+  {
+    using L = graph_mlp<double>;
+    const auto p = mlp_params<double>(4, 6);
+    const xt::xtensor<double, 2> x = randn<double, 2>({5, 4}), gy = randn<double, 2>({5, 4});
+    const L l;
+    auto [y, r] = l.forward(p, x);
+    const auto [want, gx] = l.vjp(p, r, gy);
+    EXPECT_EQ(l.vjp_params(p, r, gy), want);
+    auto [y2, d] = l.forward_saving_dots(p, x);
+    EXPECT_EQ(l.vjp_params(p, l.restore(p, x, d), gy), want);
+  }
+  using L = g::layer<scaled_mlp_def>;
+  const L::params p{randn<double, 1>({4}), randn<double, 2>({6, 4}), randn<double, 2>({4, 6})};
+  const xt::xtensor<double, 2> x = randn<double, 2>({5, 4}), gy = randn<double, 2>({5, 4});
+  const L l;
+  auto [y, r] = l.forward(p, x);
+  counted_scale::input_vjps = 0;
+  const auto [want, gx] = l.vjp(p, r, gy);
+  EXPECT_EQ(counted_scale::input_vjps, 1);
+  const auto got = l.vjp_params(p, r, gy);
+  EXPECT_EQ(counted_scale::input_vjps, 1) << "vjp_params made the input's gradient";
+  EXPECT_EQ(got, want);
+}
+
+// scan_layers' params_only hands over the same gradients as the pullback
+// with the input gradient, for a graph layer (vjp_params on layer 0) and a
+// hand-written one (its vjp, the input gradient dropped).
+TEST(Graph, ScanLayersParamsOnlyHandsOverTheSameGradients) {
+  xt::random::seed(10);
+  using T = double;
+  std::vector<graph_mlp<T>::params> layers;
+  for (int i = 0; i < 3; ++i) layers.push_back(mlp_params<T>(4, 6));
+  const xt::xtensor<T, 2> x = randn<T, 2>({5, 4}), gy = randn<T, 2>({5, 4});
+  auto run = [&](const auto& layer, bool params_only) {
+    using L = std::remove_cvref_t<decltype(layer)>;
+    auto stacked = xshard::stack_params<L>(layers);
+    std::vector<std::pair<std::size_t, typename L::params>> got;
+    auto take = [&](std::size_t i, const typename L::params& gp) { got.emplace_back(i, gp); };
+    auto vjp = xshard::scan_layers_vjp(layer, stacked, x, xshard::remat::dots_saveable);
+    if (params_only)
+      vjp.second.params_only(gy, take);
+    else
+      (void)vjp.second(gy, take);
+    return got;
+  };
+  const graph_mlp<T> graph_layer;
+  const xshard_test::hand::mlp_block<T> hand_layer;
+  const auto want = run(graph_layer, false);
+  ASSERT_EQ(want.size(), 3u);
+  EXPECT_EQ(want.back().first, 0u);
+  EXPECT_EQ(run(graph_layer, true), want);
+  EXPECT_EQ(run(hand_layer, true), run(hand_layer, false));
+}
+
 }  // namespace
 
 namespace {

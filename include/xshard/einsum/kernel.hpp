@@ -232,10 +232,15 @@ void pack_a(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t i0, std::
     const auto [r, rows] = tiles[t];
     T* panel = out + t * MR * kc;
     const T* a0 = g.a + base + g.a_m[i0 + r];
-    if (m_stride.uniform && m_stride.stride == 1 && rows == static_cast<std::size_t>(MR)) {
+    if (m_stride.uniform && m_stride.stride == 1) {  // the tile's rows, then zeros (a short last tile)
       for (std::size_t p = 0; p < kc; ++p) {
         const T* src = a0 + g.a_k[p0 + p];
-        std::memcpy(panel + p * MR, src, MR * sizeof(T));  // vector moves: dst and src may not alias
+        if (rows == static_cast<std::size_t>(MR)) {
+          std::memcpy(panel + p * MR, src, MR * sizeof(T));  // vector moves: dst and src may not alias
+        } else {
+          std::memcpy(panel + p * MR, src, rows * sizeof(T));
+          std::fill(panel + p * MR + rows, panel + (p + 1) * MR, T(0));
+        }
       }
       continue;
     }

@@ -93,6 +93,22 @@ constexpr node_set<N> close_required(const std::array<node_info, N>& g, node_set
   return required;
 }
 
+/// The nodes whose value depends on a parameter (a leaf other than the
+/// input, leaf 0): the only nodes whose cotangents a backward that makes no
+/// input gradient needs (operands precede their nodes).
+template <std::size_t N>
+constexpr node_set<N> depends_on_params(const std::array<node_info, N>& g) {
+  node_set<N> d{};
+  for (std::size_t i = 0; i < N; ++i) {
+    if (g[i].kind == op_kind::leaf) {
+      d[i] = g[i].leaf != 0;
+      continue;
+    }
+    for (std::size_t k = 0; k < g[i].arity; ++k) d[i] = d[i] || d[g[i].operands[k]];
+  }
+  return d;
+}
+
 /// The nodes a forward under Policy keeps: those the backward reads, or
 /// needs to recompute what it reads, that the policy keeps; and the input
 /// (leaf 0) when the backward needs it.
@@ -776,8 +792,11 @@ struct program {
 
   /// The reverse pass: the gradients of the input and of every parameter,
   /// from the residuals r of a forward under any policy (what it did not
-  /// keep is recomputed first) and the result's gradient gy.
-  template <class G, class... P>
+  /// keep is recomputed first) and the result's gradient gy. Without Input,
+  /// no cotangent is made for a node whose value does not depend on a
+  /// parameter (depends_on_params): the input's gradient and the products
+  /// that only feed it are skipped (the input's cotangent stays empty).
+  template <bool Input = true, class G, class... P>
   static auto backward(const residuals& r, G&& gy, const P&... p) {
     using X = std::tuple_element_t<0, Decl>;
     using Leaves = std::tuple<X, P...>;
@@ -826,7 +845,7 @@ struct program {
             if constexpr (has_scopes)
               if (!g[i].trace.empty())
                 scopes[i].emplace(g[i].trace, std::initializer_list<trace_arg_view>{{"pass", "backward"}});
-            pullback<i>(v, ct);
+            pullback<i, Input>(v, ct);
             close_scopes_from(scopes, i);
           }(),
           ...);
@@ -836,7 +855,7 @@ struct program {
     return ct;
   }
 
-  template <std::size_t I, class V, class CT>
+  template <std::size_t I, bool Input, class V, class CT>
   static void pullback(const V& v, CT& ct) {
     if constexpr (g[I].kind != op_kind::leaf) {
       auto& gi = std::get<I>(ct);
@@ -853,7 +872,7 @@ struct program {
          ...);
         // Operands last to first; the first gets the cotangent itself.
         try {
-          (contribute<I, g[I].arity - 1 - K>(ct, c, *gi), ...);
+          (contribute<I, g[I].arity - 1 - K, Input>(ct, c, *gi), ...);
         } catch (const error& e) {
           throw error(std::string(e.what()) + " (" + node_context(I, g[I]) + ", backward)");
         }
@@ -864,8 +883,11 @@ struct program {
     }
   }
 
-  template <std::size_t I, std::size_t K, class CT, class C, class G>
+  static constexpr node_set<size> param_dependent = depends_on_params(g);
+
+  template <std::size_t I, std::size_t K, bool Input, class CT, class C, class G>
   static void contribute(CT& ct, const C& c, G& gi) {
+    if constexpr (!Input && !param_dependent[g[I].operands[K]]) return;  // feeds only the input's gradient
     auto& to = std::get<g[I].operands[K]>(ct);
     if constexpr (K == 0)
       accumulate(to, rule<op_t<I>>::template vjp<K>(std::move(gi), c));
@@ -1018,6 +1040,16 @@ struct layer {
     else
       return vjp_from(p, r, output(std::forward<GY>(gy)));
   }
+  /// The parameters' gradients alone, as vjp's first: the input's
+  /// gradient, and every product that only feeds it, is not made (a first
+  /// layer's input is data, which needs no gradient).
+  template <class P = params, class GY = const output&>
+  params vjp_params(const P& p, const residuals& r, GY&& gy) const requires std::convertible_to<GY&&, output> {
+    if constexpr (std::is_same_v<std::remove_cvref_t<GY>, output>)
+      return params_from<false>(p, r, std::forward<GY>(gy));
+    else
+      return params_from<false>(p, r, output(std::forward<GY>(gy)));
+  }
   template <class P = params>
   std::pair<output, dots> forward_saving_dots(const P& p, const input& x) const {
     return forward_with<policy::dots_saveable>(p, x);
@@ -1043,18 +1075,27 @@ struct layer {
   static consteval auto backward_plan() { return program_type::template plan<true>(); }
 
  private:
-  template <class P, class GY>
-  static std::pair<params, input> vjp_from(const P& p, const residuals& r, GY&& gy) {
+  /// The backward's cotangents and the parameters' gradients among them;
+  /// with Input, also the input's gradient.
+  template <bool Input, class P, class GY>
+  static auto params_from(const P& p, const residuals& r, GY&& gy) {
     return std::apply(
         [&](const auto&... q) {
-          auto ct = program_type::backward(r, std::forward<GY>(gy), q...);
+          auto ct = program_type::template backward<Input>(r, std::forward<GY>(gy), q...);
           return [&]<std::size_t... I>(std::index_sequence<I...>) {
             params grads{program_type::template leaf_gradient<I + 1>(ct, std::get<I>(p))...};
-            return std::pair<params, input>{std::move(grads), input_gradient(ct, r)};
+            if constexpr (Input)
+              return std::pair<params, input>{std::move(grads), input_gradient(ct, r)};
+            else
+              return grads;
           }
           (std::make_index_sequence<param_count>{});
         },
         p);
+  }
+  template <class P, class GY>
+  static std::pair<params, input> vjp_from(const P& p, const residuals& r, GY&& gy) {
+    return params_from<true>(p, r, std::forward<GY>(gy));
   }
 
   template <class CT>

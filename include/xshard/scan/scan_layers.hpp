@@ -334,7 +334,20 @@ class scan_layers_pullback {
   requires std::invocable<Take&, std::size_t, const typename L::params&>
   typename L::input operator()(typename L::output gy, Take&& take) {
     claim();
-    return backward(std::move(gy), [&](std::size_t i, const typename L::params& gp) { take(i, gp); });
+    return backward<true>(std::move(gy), [&](std::size_t i, const typename L::params& gp) { take(i, gp); });
+  }
+
+  /// The same without the input gradient, for an input that is data (as
+  /// PyTorch makes none for a tensor that does not require one): the first
+  /// layer's vjp_params, where the layer has one (graph::layer), skips its
+  /// input's gradient and the products that only feed it (a layer x + W2
+  /// gelu(W1 x + b1) + b2 saves one of its four backward GEMMs); another
+  /// layer's vjp makes it and it is dropped.
+  template <class Take>
+  requires std::invocable<Take&, std::size_t, const typename L::params&>
+  void params_only(typename L::output gy, Take&& take) {
+    claim();
+    backward<false>(std::move(gy), [&](std::size_t i, const typename L::params& gp) { take(i, gp); });
   }
 
  private:
@@ -345,9 +358,10 @@ class scan_layers_pullback {
 
   /// The backward through the layers, last to first, freeing each layer's
   /// saved residuals as it goes: take(i, layer i's parameter gradients),
-  /// then the input gradient.
-  template <class Take>
-  typename L::input backward(typename L::output gy, Take&& take) {
+  /// then the input gradient (without Input: nothing; the first layer runs
+  /// its vjp_params where it has one).
+  template <bool Input = true, class Take>
+  auto backward(typename L::output gy, Take&& take) {
     used_ = true;
     const std::size_t n = saved_.size();
     if (n == 0) throw error("xshard: scan_layers_vjp: an empty stack has no gradients");
@@ -358,19 +372,42 @@ class scan_layers_pullback {
     for (std::size_t i = n; i-- > 0;) {
       const trace_me t("scan_layers/backward", {{"layer", i}});
       const auto p = detail::layer_args<L>(*params_, i);
-      auto r = detail::in_layer(i, "backward", [&] {
-        auto res = remat_residuals(*layer_, p, std::move(saved_[i]));
-        auto out = layer_->vjp(p, res, std::move(gy));  // a graph layer starts its backward from gy itself
-        detail::recycle(std::move(res));
-        return out;
-      });
-      detail::recycle(std::move(saved_[i]));  // what remat_residuals left (a recompute's input)
-      saved_.pop_back();                      // free as we go
-      take(i, std::move(r.first));
-      detail::recycle(std::move(r.first));                      // moved-from when take kept them
+      // Layer i's vjp on its residuals (remat_residuals restores what the
+      // policy did not keep); a graph layer starts its backward from gy itself.
+      auto with_residuals = [&](auto vjp) {
+        return detail::in_layer(i, "backward", [&] {
+          auto res = remat_residuals(*layer_, p, std::move(saved_[i]));
+          auto out = vjp(res);
+          detail::recycle(std::move(res));
+          return out;
+        });
+      };
+      if constexpr (!Input &&
+                    requires(const typename L::residuals& res) { layer_->vjp_params(p, res, std::move(gy)); }) {
+        if (i == 0) {
+          auto gp = with_residuals([&](const auto& res) { return layer_->vjp_params(p, res, std::move(gy)); });
+          finish_layer(i, take, gp);
+          detail::recycle(std::move(gy));  // empty when the vjp took it
+          return;
+        }
+      }
+      auto r = with_residuals([&](const auto& res) { return layer_->vjp(p, res, std::move(gy)); });
+      finish_layer(i, take, r.first);
       detail::recycle(std::exchange(gy, std::move(r.second)));  // empty when the vjp took it
     }
-    return gy;
+    if constexpr (Input)
+      return gy;
+    else
+      detail::recycle(std::move(gy));  // a layer without vjp_params made it
+  }
+
+  /// After layer i's vjp: its residuals freed, its gradients to take().
+  template <class Take, class GP>
+  void finish_layer(std::size_t i, Take& take, GP& gp) {
+    detail::recycle(std::move(saved_[i]));  // what remat_residuals left (a recompute's input)
+    saved_.pop_back();                      // free as we go
+    take(i, std::move(gp));
+    detail::recycle(std::move(gp));  // moved-from when take kept them
   }
 
   /// A gradient stack must stack n layers shaped like the parameters'.
