@@ -228,22 +228,28 @@ template <class T, int MR, bool Four = false, bool X86Transpose = false>
 void pack_a(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t i0, std::size_t mc, std::size_t p0,
             std::size_t kc, T* out, const stride_info& m_stride, const stride_info& k_stride) {
   const row_tiles<MR, Four> tiles(mc);
+  if (m_stride.uniform && m_stride.stride == 1) {
+    // M contiguous: k by k, each k's mc elements read in order into every
+    // panel (MR of them for a full tile; a short last tile's rows, then
+    // zeros). Tile by tile, each k's read was MR elements one row stride
+    // past the last, which the prefetchers followed poorly.
+    const std::size_t full = tiles.joined ? tiles.count - 2 : tiles.mc / MR;  // the tiles of MR rows
+    for (std::size_t p = 0; p < kc; ++p) {
+      const T* src = g.a + base + g.a_m[i0] + g.a_k[p0 + p];
+      T* dst = out + p * MR;
+      for (std::size_t t = 0; t < full; ++t)
+        std::memcpy(dst + t * MR * kc, src + t * MR, MR * sizeof(T));  // vector moves: dst and src may not alias
+      for (std::size_t t = full; t < tiles.count; ++t) {
+        const auto [r, rows] = tiles[t];
+        std::memcpy(dst + t * MR * kc, src + r, rows * sizeof(T));
+        std::fill(dst + t * MR * kc + rows, dst + t * MR * kc + MR, T(0));
+      }
+    }
+    return;
+  }
   for (std::size_t t = 0; t < tiles.count; ++t) {
     const auto [r, rows] = tiles[t];
     T* panel = out + t * MR * kc;
-    const T* a0 = g.a + base + g.a_m[i0 + r];
-    if (m_stride.uniform && m_stride.stride == 1) {  // the tile's rows, then zeros (a short last tile)
-      for (std::size_t p = 0; p < kc; ++p) {
-        const T* src = a0 + g.a_k[p0 + p];
-        if (rows == static_cast<std::size_t>(MR)) {
-          std::memcpy(panel + p * MR, src, MR * sizeof(T));  // vector moves: dst and src may not alias
-        } else {
-          std::memcpy(panel + p * MR, src, rows * sizeof(T));
-          std::fill(panel + p * MR + rows, panel + (p + 1) * MR, T(0));
-        }
-      }
-      continue;
-    }
 #if XSHARD_GEMM_X86
     if constexpr (X86Transpose && std::is_same_v<T, float>) {
       if (k_stride.uniform && k_stride.stride == 1) {
