@@ -51,18 +51,21 @@ namespace {
 using namespace train_mlp;
 
 // What the compiler knows about one training step's communication: one
-// all-reduce per layer forward, five per layer backward, one more per layer
+// all-reduce per layer forward, five per layer backward (four for the first
+// layer, which makes no input gradient: params_only), one more per layer
 // when the backward reruns the forward (remat::recompute; dots_saveable
 // reruns no einsum), and one for the loss.
 static_assert(Block::forward_collectives() == 1);
 static_assert(Block::backward_collectives() == 5);
+static_assert(Block::backward_collectives_params_only() == 4);
 constexpr std::int64_t collectives_per_step(xshard::remat policy) {
   const std::int64_t rerun = policy == xshard::remat::recompute ? Block::forward_collectives() : 0;
-  return layers * (Block::forward_collectives() + rerun + Block::backward_collectives()) + 1;
+  return layers * (Block::forward_collectives() + rerun) + (layers - 1) * Block::backward_collectives() +
+         Block::backward_collectives_params_only() + 1;
 }
-static_assert(collectives_per_step(xshard::remat::dots_saveable) == 49);
-static_assert(collectives_per_step(xshard::remat::save_all) == 49);
-static_assert(collectives_per_step(xshard::remat::recompute) == 57);
+static_assert(collectives_per_step(xshard::remat::dots_saveable) == 48);
+static_assert(collectives_per_step(xshard::remat::save_all) == 48);
+static_assert(collectives_per_step(xshard::remat::recompute) == 56);
 
 std::string bar(std::size_t done, std::size_t total, std::size_t width_chars = 30) {
   const std::size_t fill = total ? done * width_chars / total : width_chars;
@@ -123,7 +126,8 @@ void print_mesh_plan(xshard::remat policy) {
   for (const auto& s : backward_plan) std::cout << "  backward  " << node_text(s) << ": " << collective_list(s) << "\n";
   std::cout << "  per step: " << layers << " x (" << Block::forward_collectives() << " + "
             << (policy == xshard::remat::recompute ? "1 (the forward again) + " : "") << Block::backward_collectives()
-            << ") + 1 (the loss) = " << collectives_per_step(policy)
+            << ") - " << Block::backward_collectives() - Block::backward_collectives_params_only()
+            << " (the first layer makes no input gradient) + 1 (the loss) = " << collectives_per_step(policy)
             << " all-reduces on every device (the optimizer's update adds none: its states are sharded like the "
                "parameters)\n\n";
 }
@@ -202,11 +206,11 @@ mesh_run train_on_mesh(const data_set& data, const std::vector<DenseBlock::param
       dev.all_reduce(std::span<float>(&loss, 1), xshard::reduce_op::sum, xshard::axis_set{1});
       auto gy = xshard::local_map(diff, [](const auto& d) { return d * (T(2) / T(batch * width)); });
       // Each layer updated as soon as the backward makes its gradients
-      // (optimizer::layer_updates): no gradient stack. (dx: unused.) What
-      // the step is done with goes back to the device's workspace.
-      auto dx = pullback(std::move(gy), opt.layer_updates(params));
+      // (optimizer::layer_updates): no gradient stack; the batch is data, so
+      // no input gradient (params_only). What the step is done with goes
+      // back to the device's workspace.
+      pullback.params_only(std::move(gy), opt.layer_updates(params));
       ws.recycle(std::move(y));
-      ws.recycle(std::move(dx));
       ws.recycle(std::move(diff));
       ws.recycle(std::move(target));
       if (dev.counters().total_calls() != collectives_per_step(o.policy)) {

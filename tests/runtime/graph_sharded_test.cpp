@@ -23,7 +23,16 @@ namespace {
 
 using namespace xshard_test;
 
-template <class Mesh, std::size_t Forward, std::size_t Backward, bool WithHandWritten>
+/// Two tuples of sharded tensors hold the same blocks, bit for bit.
+template <class... S>
+void expect_same_blocks(const std::tuple<S...>& a, const std::tuple<S...>& b) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ([&] { EXPECT_EQ(std::get<I>(a).local(), std::get<I>(b).local()) << "parameter " << I; }(), ...);
+  }
+  (std::index_sequence_for<S...>{});
+}
+
+template <class Mesh, std::size_t Forward, std::size_t Backward, std::size_t ParamsOnly, bool WithHandWritten>
 void expect_sharded_mlp_equals_one_device() {
   using T = double;
   using Layout = xshard::data_model_mlp<Mesh>;
@@ -35,6 +44,9 @@ void expect_sharded_mlp_equals_one_device() {
   // hand-written block's plans say. On 4x1 the model axis has one device:
   // no collective over it is planned.
   static_assert(L::forward_collectives() == Forward && L::backward_collectives() == Backward);
+  // Without the input gradient (vjp_params): the input gradient's
+  // all-reduce over model is not run, the rest are.
+  static_assert(L::backward_collectives_params_only() == ParamsOnly);
   xt::random::seed(7);
   const auto p = mlp_params<T>(4, 8);
   const xt::xtensor<T, 2> x = randn<T, 2>({8, 4}), gy = randn<T, 2>({8, 4});
@@ -60,6 +72,10 @@ void expect_sharded_mlp_equals_one_device() {
     dev.reset_counters();
     auto [gp, gx] = l.vjp(ps, r, gys);
     EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives());
+    dev.reset_counters();
+    const auto gp_only = l.vjp_params(ps, r, gys);
+    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives_params_only());
+    expect_same_blocks(gp_only, gp);
     EXPECT_LT(max_diff(xshard::gather(y), y1), 1e-12);
     EXPECT_LT(max_diff(xshard::gather(gx), gx1), 1e-12);
     EXPECT_LT(max_diff(xshard::gather(std::get<0>(gp)), std::get<0>(gp1)), 1e-12);
@@ -94,10 +110,10 @@ static_assert(
                    g::layer<mlp_def<double, xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>>::written_type>);
 
 TEST(GraphSharded, DataModelMlpOn2x2) {
-  expect_sharded_mlp_equals_one_device<xshard::mesh<"data=2, model=2">, 1, 5, true>();
+  expect_sharded_mlp_equals_one_device<xshard::mesh<"data=2, model=2">, 1, 5, 4, true>();
 }
 TEST(GraphSharded, DataModelMlpOn4x1) {
-  expect_sharded_mlp_equals_one_device<xshard::mesh<"data=4, model=1">, 0, 4, false>();
+  expect_sharded_mlp_equals_one_device<xshard::mesh<"data=4, model=1">, 0, 4, 4, false>();
 }
 
 }  // namespace
@@ -204,6 +220,12 @@ TEST(GraphSharded, SequenceParallelBlockAllGathersAndReduceScatters) {
   using L = g::layer<sequence_parallel_def>;
   using P = g::layer<sequence_plain_def>;
   static_assert(L::forward_collectives() == 2);
+  // The backward: g all-gathered back to the einsum_to's layout once per
+  // operand's vjp (2), W2's gradient all-reduced over data, the gathered
+  // input's gradient all-reduced over model and W1's over data. Without the
+  // input gradient the all-reduce over model is not run (the constrain's
+  // backward is a local slice either way).
+  static_assert(L::backward_collectives() == 5 && L::backward_collectives_params_only() == 4);
   xt::random::seed(15);
   const xt::xtensor<double, 3> x = randn<double, 3>({2, 4, 3}), gy = randn<double, 3>({2, 4, 3});
   const xt::xtensor<double, 2> w1 = randn<double, 2>({6, 3}), w2 = randn<double, 2>({3, 6});
@@ -219,8 +241,15 @@ TEST(GraphSharded, SequenceParallelBlockAllGathersAndReduceScatters) {
     EXPECT_EQ(dev.counters().total_calls(), L::forward_collectives());
     EXPECT_EQ(dev.counters().calls_of(xshard::collective_kind::all_reduce), 0);
     dev.reset_counters();
-    const auto grads = L{}.vjp(p, fwd.second, xshard::distribute<xshard::spec<"data, model, None">>(dev, gy));
+    const auto gys = xshard::distribute<xshard::spec<"data, model, None">>(dev, gy);
+    const auto grads = L{}.vjp(p, fwd.second, gys);
     EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives());
+    // Without the input gradient: the same weight gradients, and only the
+    // collectives the weights' gradients need.
+    dev.reset_counters();
+    const auto only = L{}.vjp_params(p, fwd.second, gys);
+    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives_params_only());
+    expect_same_blocks(only, grads.first);
     EXPECT_LT(max_diff(xshard::gather(fwd.first), one.first), 1e-12);
     EXPECT_LT(max_diff(xshard::gather(grads.second), one_grads.second), 1e-12);
     EXPECT_LT(max_diff(xshard::gather(std::get<0>(grads.first)), std::get<0>(one_grads.first)), 1e-12);

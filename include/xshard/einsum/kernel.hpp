@@ -286,22 +286,26 @@ void pack_a(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t i0, std::
 template <class T, int NR, bool X86Transpose = false>
 void pack_b(const gemm_problem<T>& g, std::ptrdiff_t base, std::size_t p0, std::size_t kc, std::size_t j0,
             std::size_t nc, T* out, const stride_info& n_stride, const stride_info& k_stride) {
+  if (n_stride.uniform && n_stride.stride == 1) {
+    // N contiguous: k by k, each k's nc elements read in order into every
+    // panel (NR of them; a narrower last panel's, then zeros), as pack_a
+    // does for A with unit M stride.
+    const std::size_t full = nc / NR;
+    for (std::size_t p = 0; p < kc; ++p) {
+      const T* src = g.b + base + g.b_k[p0 + p] + j0;
+      T* dst = out + p * NR;
+      for (std::size_t c = 0; c < full; ++c) std::memcpy(dst + c * NR * kc, src + c * NR, NR * sizeof(T));
+      if (const std::size_t width = nc - full * NR) {
+        T* last = dst + full * NR * kc;
+        std::memcpy(last, src + full * NR, width * sizeof(T));
+        std::fill(last + width, last + NR, T(0));
+      }
+    }
+    return;
+  }
   for (std::size_t c = 0; c < nc; c += NR) {
     T* panel = out + c * kc;
     const std::size_t width = std::min<std::size_t>(NR, nc - c);
-    if (n_stride.uniform && n_stride.stride == 1) {
-      for (std::size_t p = 0; p < kc; ++p) {
-        const T* src = g.b + base + g.b_k[p0 + p] + (j0 + c);
-        T* dst = panel + p * NR;
-        if (width == static_cast<std::size_t>(NR)) {
-          std::memcpy(dst, src, NR * sizeof(T));
-        } else {
-          for (std::size_t jj = 0; jj < width; ++jj) dst[jj] = src[jj];
-          for (std::size_t jj = width; jj < static_cast<std::size_t>(NR); ++jj) dst[jj] = T(0);
-        }
-      }
-      continue;
-    }
 #if XSHARD_GEMM_X86
     if constexpr (X86Transpose && std::is_same_v<T, float>) {
       if (width == static_cast<std::size_t>(NR) && k_stride.uniform && k_stride.stride == 1) {

@@ -931,6 +931,49 @@ struct program {
       }
     (std::make_index_sequence<g[I].arity>{});
   }
+  /// Node I's collectives in a backward that makes no input gradient: none
+  /// where the node does not depend on a parameter (it gets no cotangent);
+  /// else those of its operands that do (the rule's
+  /// backward_collectives_of<K>, where splits_backward_collectives says it
+  /// has them), or all of them when every operand does.
+  template <std::size_t I>
+  static consteval node_collectives params_only_collectives_of() {
+    if constexpr (g[I].kind == op_kind::leaf || !param_dependent[I]) {
+      return {};
+    } else {
+      constexpr bool every = [] {
+        for (std::size_t k = 0; k < g[I].arity; ++k)
+          if (!param_dependent[g[I].operands[k]]) return false;
+        return true;
+      }();
+      if constexpr (every) {
+        return collectives_of<true, I>();
+      } else {
+        return [&]<std::size_t... K>(std::index_sequence<K...>) {
+          using Y = value_t<node_t<I>, Decl>;
+          using Rule = rule<op_t<I>>;
+          if constexpr (requires { Rule::splits_backward_collectives; }) {
+            node_collectives r;
+            (
+                [&] {
+                  if constexpr (param_dependent[g[I].operands[K]])
+                    detail::append(
+                        r, Rule::template backward_collectives_of<K, Y, value_t<node_t<g[I].operands[K]>, Decl>...>());
+                }(),
+                ...);
+            return r;
+          } else {
+            constexpr node_collectives whole = collectives_of<true, I>();
+            static_assert(whole.empty(),
+                          "xshard::graph: a node with collectives in its backward and an operand that needs no "
+                          "gradient: its rule must split them by operand (backward_collectives_of<K>)");
+            return whole;
+          }
+        }
+        (std::make_index_sequence<g[I].arity>{});
+      }
+    }
+  }
   /// The nodes of a pass that run collectives, in the pass's order (the
   /// backward visits the nodes last to first).
   template <bool Backward>
@@ -952,6 +995,13 @@ struct program {
   /// Collectives per forward and per backward on every device.
   static consteval std::size_t forward_collectives() { return total(plan<false>()); }
   static consteval std::size_t backward_collectives() { return total(plan<true>()); }
+  /// Collectives per backward that makes no input gradient (backward<false>).
+  static consteval std::size_t backward_collectives_params_only() {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (std::size_t{0} + ... + params_only_collectives_of<I>().size());
+    }
+    (std::make_index_sequence<size>{});
+  }
 
  private:
   static consteval std::size_t total(const static_vector<node_plan, size>& p) {
@@ -1071,6 +1121,10 @@ struct layer {
   /// nodes that run them (node_plan: position, op, name, collectives).
   static consteval std::size_t forward_collectives() { return program_type::forward_collectives(); }
   static consteval std::size_t backward_collectives() { return program_type::backward_collectives(); }
+  /// Per backward of vjp_params (no input gradient).
+  static consteval std::size_t backward_collectives_params_only() {
+    return program_type::backward_collectives_params_only();
+  }
   static consteval auto forward_plan() { return program_type::template plan<false>(); }
   static consteval auto backward_plan() { return program_type::template plan<true>(); }
 

@@ -448,10 +448,19 @@ struct rule<einsum_op<Eq>> {
   template <class Y, class... A>
   static consteval node_collectives backward_collectives() {
     node_collectives r;
-    if constexpr ((Sharded<A> && ...)) [&]<std::size_t... K>(std::index_sequence<K...>) {
-        (detail::append(r, einsum_vjp_plan<Eq, K, Y, A...>().collectives()), ...);
-      }
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (detail::append(r, backward_collectives_of<K, Y, A...>()), ...);
+    }
     (std::index_sequence_for<A...>{});
+    return r;
+  }
+  /// Operand K's own (a backward that makes no gradient for some operand
+  /// runs only the others': graph::program::backward<false>).
+  static constexpr bool splits_backward_collectives = true;
+  template <std::size_t K, class Y, class... A>
+  static consteval node_collectives backward_collectives_of() {
+    node_collectives r;
+    if constexpr ((Sharded<A> && ...)) detail::append(r, einsum_vjp_plan<Eq, K, Y, A...>().collectives());
     return r;
   }
 };
@@ -495,18 +504,25 @@ struct rule<einsum_to_op<Eq, S>> : rule<einsum_op<Eq>> {
   }
   template <class Y, class... A>
   static consteval node_collectives backward_collectives() {
+    node_collectives r;
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (detail::append(r, backward_collectives_of<K, Y, A...>()), ...);
+    }
+    (std::index_sequence_for<A...>{});
+    return r;
+  }
+  /// Operand K's: with regather, g brought back to the einsum's layout (for
+  /// each operand's vjp), then its gradient einsum.
+  template <std::size_t K, class Y, class... A>
+  static consteval node_collectives backward_collectives_of() {
     if constexpr (regather<Y, A...>) {
       using N = natural_t<A...>;
       node_collectives r;
-      [&]<std::size_t... K>(std::index_sequence<K...>) {
-        ((detail::append(r, detail::collectives_of(redistribute_plan<Y, typename N::spec_type>(), -1)),
-          detail::append(r, einsum_vjp_plan<Eq, K, N, A...>().collectives())),
-         ...);
-      }
-      (std::index_sequence_for<A...>{});
+      detail::append(r, detail::collectives_of(redistribute_plan<Y, typename N::spec_type>(), -1));
+      detail::append(r, einsum_vjp_plan<Eq, K, N, A...>().collectives());
       return r;
     } else {
-      return rule<einsum_op<Eq>>::template backward_collectives<Y, A...>();
+      return rule<einsum_op<Eq>>::template backward_collectives_of<K, Y, A...>();
     }
   }
   template <class Y, class... A>
@@ -679,8 +695,14 @@ struct rule<binary_op<B>> {
   /// A bias's gradient: the sum over every dim but the last (its plan).
   template <class Y, class A0, class A1>
   static consteval node_collectives backward_collectives() {
+    return backward_collectives_of<1, Y, A0, A1>();
+  }
+  /// Operand K's: the bias's (K = 1) sum; none for the other.
+  static constexpr bool splits_backward_collectives = true;
+  template <std::size_t K, class Y, class A0, class A1>
+  static consteval node_collectives backward_collectives_of() {
     node_collectives r;
-    if constexpr (detail::is_bias_of<A0, A1>()) {
+    if constexpr (K == 1 && detail::is_bias_of<A0, A1>()) {
       using DY = std::remove_cvref_t<Y>;
       using D1 = std::remove_cvref_t<A1>;
       for (planned_collective c :
@@ -1487,10 +1509,18 @@ struct rule<custom_op<Name, Sig, Kernel>> {
   template <class Y, class... A>
   static consteval node_collectives backward_collectives() {
     node_collectives r;
-    if constexpr ((Sharded<A> && ...)) [&]<std::size_t... K>(std::index_sequence<K...>) {
-        (detail::append(r, detail::all_reduces(sharding<A...>::partial(K), 1, static_cast<int>(K))), ...);
-      }
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (detail::append(r, backward_collectives_of<K, Y, A...>()), ...);
+    }
     (std::index_sequence_for<A...>{});
+    return r;
+  }
+  static constexpr bool splits_backward_collectives = true;
+  template <std::size_t K, class Y, class... A>
+  static consteval node_collectives backward_collectives_of() {
+    node_collectives r;
+    if constexpr ((Sharded<A> && ...))
+      detail::append(r, detail::all_reduces(sharding<A...>::partial(K), 1, static_cast<int>(K)));
     return r;
   }
 };
