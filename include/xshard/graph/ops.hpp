@@ -394,6 +394,17 @@ constexpr void append(node_collectives& to, const auto& what) {
     to.push_back(c);
   }
 }
+/// A node's backward collectives from its rule's per-operand ones
+/// (Rule::backward_collectives_of<K>), operands in the order vjp is asked.
+template <class Rule, class Y, class... A>
+consteval node_collectives every_operands_collectives() {
+  node_collectives r;
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    (append(r, Rule::template backward_collectives_of<K, Y, A...>()), ...);
+  }
+  (std::index_sequence_for<A...>{});
+  return r;
+}
 /// The collectives of a redistribution of operand `tensor`.
 constexpr node_collectives collectives_of(const redist_plan& p, int tensor) {
   node_collectives r;
@@ -447,12 +458,7 @@ struct rule<einsum_op<Eq>> {
   /// Operand K's gradient einsum, K = 0, 1, ... (the order vjp is asked).
   template <class Y, class... A>
   static consteval node_collectives backward_collectives() {
-    node_collectives r;
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (detail::append(r, backward_collectives_of<K, Y, A...>()), ...);
-    }
-    (std::index_sequence_for<A...>{});
-    return r;
+    return detail::every_operands_collectives<rule, Y, A...>();
   }
   /// Operand K's own (a backward that makes no gradient for some operand
   /// runs only the others': graph::program::backward<false>).
@@ -504,12 +510,7 @@ struct rule<einsum_to_op<Eq, S>> : rule<einsum_op<Eq>> {
   }
   template <class Y, class... A>
   static consteval node_collectives backward_collectives() {
-    node_collectives r;
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (detail::append(r, backward_collectives_of<K, Y, A...>()), ...);
-    }
-    (std::index_sequence_for<A...>{});
-    return r;
+    return detail::every_operands_collectives<rule, Y, A...>();
   }
   /// Operand K's: with regather, g brought back to the einsum's layout (for
   /// each operand's vjp), then its gradient einsum.
@@ -1508,12 +1509,7 @@ struct rule<custom_op<Name, Sig, Kernel>> {
   /// span (the signature's rule).
   template <class Y, class... A>
   static consteval node_collectives backward_collectives() {
-    node_collectives r;
-    [&]<std::size_t... K>(std::index_sequence<K...>) {
-      (detail::append(r, backward_collectives_of<K, Y, A...>()), ...);
-    }
-    (std::index_sequence_for<A...>{});
-    return r;
+    return detail::every_operands_collectives<rule, Y, A...>();
   }
   static constexpr bool splits_backward_collectives = true;
   template <std::size_t K, class Y, class... A>
