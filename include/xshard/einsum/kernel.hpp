@@ -109,6 +109,7 @@ struct xsimd_ops {
   template <class T>
   static constexpr int lanes = static_cast<int>(xsimd::batch<T>::size);
   static constexpr int rows = 6;
+  static constexpr int prefetch_k = 0;
   template <class T>
   static vec<T> zero(const T*) {
     return vec<T>(T(0));

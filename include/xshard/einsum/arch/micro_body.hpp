@@ -26,8 +26,15 @@
 // row stored (add: loaded and summed first). A's element (i, p) is at
 // a[i * rs + p * cs]: (1, MR) for a packed panel, (lda, 1) for rows read in
 // place; the rows are addressed from ceil(MR / 3) base pointers plus three
-// row offsets, which keeps every address in a register. The C tile is
-// prefetched first so its lines arrive while the k loop runs. A bias (NR
+// row offsets, which keeps every address in a register. Every line of the C
+// tile's rows is prefetched first so it arrives while the k loop runs (an
+// AVX-512 row of 32 floats spans two or three lines; prefetching only its
+// first left the others to miss at the store: `bhqd,bhkd->bhqk`, whose
+// K = 64 gives the k loop little time, ran at 64-68 GFLOP/s against 95-123
+// with every line, on the Xeon of PERF-NOTES). With OPS::prefetch_k > 0,
+// the k loop also prefetches B's row prefetch_k steps ahead and A's packed
+// micro-panel twice as far (AVX-512: measured 3-6% on the GEMM-shaped
+// cases there; AVX2 showed no gain, and keeps 0). A bias (NR
 // values, one per column) is added to every row as it is stored (the last
 // K block's call): a bias add in the GEMM's epilogue, in the same order as a
 // separate pass over C, so the same bits.
@@ -37,13 +44,22 @@
                    T* const* c_rows, bool add, const T* bias) {                                                     \
     using V = decltype(OPS::zero(a));                                                                               \
     constexpr int L = OPS::template lanes<T>, Q = (MR + 2) / 3;                                                     \
-    for (int i = 0; i < MR; ++i) __builtin_prefetch(c_rows[i], 1, 3);                                               \
+    constexpr int line = 64 / static_cast<int>(sizeof(T)), PK = OPS::prefetch_k;                                    \
+    for (int i = 0; i < MR; ++i) {                                                                                  \
+      for (int j = 0; j < 2 * L; j += line) __builtin_prefetch(c_rows[i] + j, 1, 3);                                \
+      __builtin_prefetch(c_rows[i] + 2 * L - 1, 1, 3); /* the last line of a row not aligned to one */              \
+    }                                                                                                               \
     V acc[MR][2];                                                                                                   \
     _Pragma("GCC unroll 12") for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = OPS::zero(a);                     \
     const T* base[Q];                                                                                               \
     for (int q = 0; q < Q; ++q) base[q] = a + 3 * q * rs;                                                           \
     const std::ptrdiff_t off[3] = {0, rs, 2 * rs};                                                                  \
     _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kc; ++p) {                                                  \
+      if constexpr (PK > 0) {                                                                                       \
+        __builtin_prefetch(b + PK * bs, 0, 3);                                                                      \
+        __builtin_prefetch(b + PK * bs + L, 0, 3);                                                                  \
+        __builtin_prefetch(base[0] + 2 * PK * cs, 0, 3);                                                            \
+      }                                                                                                             \
       const V b0 = OPS::load(b), b1 = OPS::load(b + L);                                                             \
       _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q) {                                                         \
         _Pragma("GCC unroll 3") for (int r = 0; r < 3; ++r) {                                                       \

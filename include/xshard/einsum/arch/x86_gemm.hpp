@@ -25,7 +25,8 @@ namespace xshard::detail {
 struct avx512_ops {
   template <class T>
   static constexpr int lanes = 64 / static_cast<int>(sizeof(T));
-  static constexpr int rows = 12;  // 12 x 2 accumulators + 2 B vectors + 1 broadcast of 32 zmm
+  static constexpr int rows = 12;       // 12 x 2 accumulators + 2 B vectors + 1 broadcast of 32 zmm
+  static constexpr int prefetch_k = 8;  // B's row and A's micro-panel prefetched ahead in the k loop (micro_body)
   XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static simd::m512 zero(const float*) { return simd::mm512_setzero_ps(); }
   XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static simd::m512d zero(const double*) { return simd::mm512_setzero_pd(); }
   XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static simd::m512 load(const float* p) { return simd::mm512_loadu_ps(p); }
@@ -55,6 +56,7 @@ struct avx2_ops {
   template <class T>
   static constexpr int lanes = 32 / static_cast<int>(sizeof(T));
   static constexpr int rows = 6;  // 6 x 2 accumulators + 2 B vectors + 1 broadcast of 16 ymm
+  static constexpr int prefetch_k = 0;
   XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static simd::m256 zero(const float*) { return simd::mm256_setzero_ps(); }
   XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static simd::m256d zero(const double*) { return simd::mm256_setzero_pd(); }
   XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static simd::m256 load(const float* p) { return simd::mm256_loadu_ps(p); }
