@@ -21,6 +21,20 @@
 // along N).
 #include <cstddef>
 
+#ifndef XSHARD_MICRO_PREFETCH_AHEAD
+#define XSHARD_MICRO_PREFETCH_AHEAD
+// (Included inside namespace xshard::detail, as the kernels are.)
+/// Prefetches (for reading) the line n elements past p without forming that
+/// pointer: it may lie past the end of the operand (the k loop's last steps),
+/// where a prefetch does not fault but pointer arithmetic is undefined.
+template <class T>
+__attribute__((always_inline)) inline void prefetch_ahead(const T* p, std::ptrdiff_t n) {
+  using address = __UINTPTR_TYPE__;
+  const address at = reinterpret_cast<address>(p) + static_cast<address>(n) * sizeof(T);
+  __builtin_prefetch(reinterpret_cast<const void*>(at), 0, 3);
+}
+#endif
+
 #ifndef XSHARD_DEFINE_MICRO_KERNEL
 // The body: MR rows x 2 vectors of accumulators over kc steps, then each C
 // row stored (add: loaded and summed first). A's element (i, p) is at
@@ -30,7 +44,7 @@
 // tile's rows is prefetched first so it arrives while the k loop runs (an
 // AVX-512 row of 32 floats spans two or three lines; prefetching only its
 // first left the others to miss at the store: `bhqd,bhkd->bhqk`, whose
-// K = 64 gives the k loop little time, ran at 64-68 GFLOP/s against 95-123
+// K = 64 gives the k loop little time, ran at 58-68 GFLOP/s against 95-123
 // with every line, on the Xeon of PERF-NOTES). With OPS::prefetch_k > 0,
 // the k loop also prefetches B's row prefetch_k steps ahead and A's packed
 // micro-panel twice as far (AVX-512: measured 3-6% on the GEMM-shaped
@@ -54,11 +68,12 @@
     const T* base[Q];                                                                                               \
     for (int q = 0; q < Q; ++q) base[q] = a + 3 * q * rs;                                                           \
     const std::ptrdiff_t off[3] = {0, rs, 2 * rs};                                                                  \
+    const std::ptrdiff_t b_ahead = bs * PK, a_ahead = cs * (2 * PK); /* prefetch distances */                       \
     _Pragma("GCC unroll 2") for (std::size_t p = 0; p < kc; ++p) {                                                  \
       if constexpr (PK > 0) {                                                                                       \
-        __builtin_prefetch(b + PK * bs, 0, 3);                                                                      \
-        __builtin_prefetch(b + PK * bs + L, 0, 3);                                                                  \
-        __builtin_prefetch(base[0] + 2 * PK * cs, 0, 3);                                                            \
+        prefetch_ahead(b, b_ahead);                                                                                 \
+        prefetch_ahead(b, b_ahead + L);                                                                             \
+        prefetch_ahead(base[0], a_ahead);                                                                           \
       }                                                                                                             \
       const V b0 = OPS::load(b), b1 = OPS::load(b + L);                                                             \
       _Pragma("GCC unroll 4") for (int q = 0; q < Q; ++q) {                                                         \
