@@ -21,7 +21,13 @@
 #               label mpi: Open MPI is not built with TSan, and under it
 #               MPI_Init alone reports races and a lock-order inversion among
 #               Open MPI's own threads; each rank is a single-threaded
-#               process of ours, and asan-ubsan runs them). This is the GCC
+#               process of ours, and asan-ubsan runs them) and label isa
+#               (the GEMM, composite and optimizer tests again under
+#               XSHARD_ISA=avx2 and generic: the ISA changes the kernels, not
+#               the thread pool's synchronisation, which TSan checks through
+#               the same tests at the CPU's own ISA; asan-ubsan runs all
+#               three ISAs. Under TSan they took 174 s of CPU on the Xeon of
+#               PERF-NOTES). This is the GCC
 #               build of the suite. The MPI tests' executables are
 #               compile-checked (CTest syntax.*), not built.
 #   fuzz        Clang 14 libFuzzer + ASan + UBSan: each fuzz target for 5
