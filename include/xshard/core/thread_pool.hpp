@@ -63,6 +63,13 @@ namespace detail {
 /// wake-up on a VM costs about that much.
 inline constexpr std::chrono::microseconds spin_before_sleep{200};
 
+/// Element-wise kernels split their elements (or rows) over the thread pool
+/// when every thread gets at least this many elements (about 10-50 us of
+/// work: more than a spinning worker's start-up), on boundaries of 16
+/// elements (a 64-byte line of floats, every ISA's width divides it).
+inline constexpr std::size_t parallel_grain = 16384;
+inline constexpr std::size_t parallel_unit = 16;
+
 /// A pause for a spinning thread.
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)

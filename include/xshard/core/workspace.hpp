@@ -35,6 +35,7 @@
 #include <array>
 #include <concepts>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <tuple>
@@ -45,6 +46,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include "tensor_traits.hpp"  // is_tuple_like
+#include "thread_pool.hpp"    // parallel_ranges: large copies split over the pool
 
 namespace xshard {
 
@@ -286,6 +288,17 @@ xt::xtensor<T, N> fresh_tensor(const S& shape) {
   return xt::xtensor<T, N>::from_shape(s);
 }
 
+/// out[i] = in[i] for i < n (no overlap): memcpy over the thread pool's
+/// shares for a copy of more than one grain (a cotangent handed to two
+/// operands, a residual kept for the backward).
+template <class T>
+void copy_elements(T* out, const T* in, std::size_t n) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  parallel_ranges(
+      n, parallel_grain, [&](std::size_t lo, std::size_t hi) { std::memcpy(out + lo, in + lo, (hi - lo) * sizeof(T)); },
+      parallel_unit);
+}
+
 /// A copy of e (a plain tensor or an expression of static rank N) in a
 /// fresh tensor.
 template <class T, std::size_t N, class E>
@@ -293,7 +306,10 @@ xt::xtensor<T, N> fresh_copy(const E& e) {
   if constexpr (workspace_value<T> && N > 0) {
     if (current_workspace_ref()) {
       xt::xtensor<T, N> out = fresh_tensor<T, N>(e.shape());
-      xt::noalias(out) = e;
+      if constexpr (std::is_same_v<E, xt::xtensor<T, N>>)
+        copy_elements(out.data(), e.data(), out.size());  // row-major both: the same element order
+      else
+        xt::noalias(out) = e;
       return out;
     }
   }

@@ -512,11 +512,22 @@ void accumulate(std::optional<CT>& ct, C&& c) {
   }
   // In place (xtensor's += on a container would go through a temporary),
   // then c, if it is ours, goes to the workspace.
+  const auto add = [](auto& to, const auto& from) {
+    using To = std::remove_cvref_t<decltype(to)>;
+    if constexpr (std::is_same_v<To, std::remove_cvref_t<decltype(from)>> &&
+                  std::is_same_v<To, xt::xtensor<typename To::value_type, detail::rank_v<To>>>) {
+      if (to.shape() == from.shape()) {
+        detail::add_in_place(to.data(), from.data(), to.size());  // row-major both: element by element
+        return;
+      }
+    }
+    xt::noalias(to) += from;
+  };
   if constexpr (Sharded<CT>) {
     static_assert(detail::rank_v<CT> == detail::rank_v<C>);
-    xt::noalias(ct->local()) += c.local();
+    add(ct->local(), c.local());
   } else {
-    xt::noalias(*ct) += c;
+    add(*ct, c);
   }
   if constexpr (!std::is_lvalue_reference_v<C>) ::xshard::detail::recycle(std::move(c));
 }

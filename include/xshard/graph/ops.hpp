@@ -203,6 +203,28 @@ void check_broadcast(const SA& a, const SB& b, std::string_view op) {
   }
 }
 
+/// out[i] += c[i] for i < n (a gradient's second contribution): element
+/// ranges over the thread pool, floats on the CPU's widest vectors (the same
+/// correctly rounded sums, so the same bits).
+template <class T>
+void add_in_place(T* out, const T* c, std::size_t n) {
+  [[maybe_unused]] const simd_isa isa = active_isa();
+  parallel_ranges(
+      n, ::xshard::detail::parallel_grain,
+      [&](std::size_t lo, std::size_t hi) {
+#if XSHARD_X86_KERNELS
+        if constexpr (std::is_same_v<T, float>) {
+          if (isa != simd_isa::generic) {
+            ::xshard::detail::x86::binary_row(isa, 0, out + lo, c + lo, out + lo, hi - lo);
+            return;
+          }
+        }
+#endif
+        for (std::size_t i = lo; i < hi; ++i) out[i] += c[i];
+      },
+      ::xshard::detail::parallel_unit);
+}
+
 /// out[i, j] = a[i, j] op b[j] for rows x n contiguous values (out may be a);
 /// rows split over the thread pool (each element is its own: any split gives
 /// the same result).
@@ -305,11 +327,37 @@ auto gain_product_vjp(G&& g, const X& x, const W& w) {
   } else {
     Out r = ::xshard::detail::fresh_tensor<T, 1>(std::array<std::size_t, 1>{n});
     r.fill(T(0));
-    const T* gp = g.data();
-    const T* xp = x.data();
-    T* rp = r.data();
-    for (std::size_t i = 0, rows = g.size() / n; i < rows; ++i, gp += n, xp += n)
-      for (std::size_t j = 0; j < n; ++j) rp[j] += gp[j] * xp[j];
+    const T* const gp = g.data();
+    const T* const xp = x.data();
+    T* const rp = r.data();
+    const std::size_t rows = g.size() / n;
+    [[maybe_unused]] const simd_isa isa = active_isa();
+    // Column ranges over the thread pool, each column summed in row order
+    // (whatever the split): rp[j] += g[i, j] * x[i, j], the product rounded
+    // before the sum.
+    parallel_ranges(
+        n, ::xshard::detail::rows_per_grain(rows),
+        [&](std::size_t j0, std::size_t j1) {
+#if XSHARD_X86_KERNELS
+          if constexpr (std::is_same_v<T, float>) {
+            if (isa != simd_isa::generic) {
+              constexpr std::size_t chunk = 256;
+              alignas(64) T prod[chunk];
+              for (std::size_t c0 = j0; c0 < j1; c0 += chunk) {
+                const std::size_t len = std::min(chunk, j1 - c0);
+                for (std::size_t i = 0; i < rows; ++i) {
+                  ::xshard::detail::x86::binary_row(isa, 2, gp + i * n + c0, xp + i * n + c0, prod, len);
+                  ::xshard::detail::x86::binary_row(isa, 0, rp + c0, prod, rp + c0, len);
+                }
+              }
+              return;
+            }
+          }
+#endif
+          for (std::size_t i = 0; i < rows; ++i)
+            for (std::size_t j = j0; j < j1; ++j) rp[j] += gp[i * n + j] * xp[i * n + j];
+        },
+        ::xshard::detail::parallel_unit);
     return std::optional<Out>(std::move(r));
   }
 }

@@ -126,12 +126,6 @@ using batch_t = xsimd::batch<T>;
 template <class T>
 inline constexpr std::size_t lanes_v = batch_t<T>::size;
 
-/// The kernels split their elements (or rows) over the thread pool when
-/// every thread gets at least this many elements (about 10-50 us of work:
-/// more than a spinning worker's start-up), on boundaries of 16 elements (a
-/// 64-byte line of floats, every ISA's width divides it).
-inline constexpr std::size_t parallel_grain = 16384;
-inline constexpr std::size_t parallel_unit = 16;
 /// Rows of `row` elements each that make up parallel_grain elements.
 inline constexpr std::size_t rows_per_grain(std::size_t row) {
   return row ? std::max<std::size_t>(1, parallel_grain / row) : 1;
