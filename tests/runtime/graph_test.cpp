@@ -495,6 +495,25 @@ TEST(Graph, CausalMaskFillsExactlyTheEntriesAboveTheDiagonal) {
             }
       EXPECT_EQ(wrong, 0u) << "q dim " << qd << ", k dim " << kd;
     }
+  // The copying form (the mask's forward: one pass from the scores), on a
+  // block of many rows split over the pool: every entry the source's or the
+  // fill, by the same rule.
+  const std::array<std::size_t, 4> big{2, 3, 64, 96};
+  std::vector<float> src(2 * 3 * 64 * 96);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 1009) + 0.5f;
+  for (const auto& [qd, kd] : {std::pair<std::size_t, std::size_t>{2, 3}, {3, 2}, {1, 2}}) {
+    std::vector<float> dst(src.size(), 3.0f);
+    g::detail::mask_above_diagonal(big, qd, kd, src.data(), dst.data(), -1.0f);
+    std::size_t i = 0, wrong = 0;
+    for (std::size_t a = 0; a < big[0]; ++a)
+      for (std::size_t b = 0; b < big[1]; ++b)
+        for (std::size_t c = 0; c < big[2]; ++c)
+          for (std::size_t d = 0; d < big[3]; ++d, ++i) {
+            const std::array<std::size_t, 4> idx{a, b, c, d};
+            wrong += dst[i] != (idx[kd] > idx[qd] ? -1.0f : src[i]);
+          }
+    EXPECT_EQ(wrong, 0u) << "copying form, q dim " << qd << ", k dim " << kd;
+  }
 }
 
 struct custom_plain_def {

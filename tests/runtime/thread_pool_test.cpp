@@ -1,7 +1,7 @@
 // The thread pool (every index once per call, errors, nesting, concurrent
 // callers, sleeping and spinning workers), parallel_ranges' cover, and the
 // composites, AdamW and SGD it splits: bit-identical for 1, 2 and 3 threads.
-// The graph's copies, gradient sums and gain gradients it splits: equal to a
+// The graph's copies, element-wise operations and gain gradients it splits: equal to a
 // naive loop bit for bit at 1, 2 and 3 threads.
 #include <gtest/gtest.h>
 
@@ -221,7 +221,8 @@ TEST(ParallelComposites, SgdUpdatesEveryElementByTheFormula) {
 
 // The graph's element-wise helpers split over the pool: a cotangent's copy
 // (fresh_copy with a workspace open), a gradient's second contribution
-// (add_in_place) and a gain's gradient (the column sums of g * x, each
+// (add_in_place), equal-shape operations and scalings (binary_elements,
+// scale_elements) and a gain's gradient (the column sums of g * x, each
 // column summed in row order): each equal to a naive loop's bits, for 1, 2
 // and 3 threads, on sizes of several grains with a tail off the SIMD width.
 TEST(ParallelGraphHelpers, EqualANaiveLoopBitForBit) {
@@ -247,6 +248,15 @@ TEST(ParallelGraphHelpers, EqualANaiveLoopBitForBit) {
     xshard::graph::detail::add_in_place(sumd.data(), bd.data(), sumd.size());
     for (std::size_t i = 0; i < ad.size(); ++i)
       ASSERT_EQ(sumd.data()[i], ad.data()[i] + bd.data()[i]) << "double sum, element " << i;
+
+    xt::xtensor<float, 2> out = a;
+    xshard::graph::detail::binary_elements<xshard::graph::binary::sub>(out.data(), a.data(), b.data(), out.size());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      ASSERT_EQ(out.data()[i], a.data()[i] - b.data()[i]) << "difference " << i;
+    xshard::graph::detail::binary_elements<xshard::graph::binary::div>(out.data(), a.data(), b.data(), out.size());
+    for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(out.data()[i], a.data()[i] / b.data()[i]) << "quotient " << i;
+    xshard::graph::detail::scale_elements(out.data(), a.data(), 0.3f, out.size());
+    for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(out.data()[i], a.data()[i] * 0.3f) << "scaled " << i;
 
     const xt::xtensor<float, 1> w = xt::random::randn<float>({517});
     auto dw = xshard::graph::detail::gain_product_vjp<1>(xt::xtensor<float, 2>(b), a, w);

@@ -203,11 +203,24 @@ void check_broadcast(const SA& a, const SB& b, std::string_view op) {
   }
 }
 
-/// out[i] += c[i] for i < n (a gradient's second contribution): element
-/// ranges over the thread pool, floats on the CPU's widest vectors (the same
-/// correctly rounded sums, so the same bits).
-template <class T>
-void add_in_place(T* out, const T* c, std::size_t n) {
+/// x op y, one element.
+template <binary B, class T>
+constexpr T apply_binary(T x, T y) {
+  if constexpr (B == binary::add)
+    return x + y;
+  else if constexpr (B == binary::sub)
+    return x - y;
+  else if constexpr (B == binary::mul)
+    return x * y;
+  else
+    return x / y;
+}
+
+/// out[i] = a[i] op b[i] for i < n (out may be a or b): element ranges over
+/// the thread pool, floats on the CPU's widest vectors (each element's
+/// correctly rounded operation, so the same bits as a scalar loop).
+template <binary B, class T>
+void binary_elements(T* out, const T* a, const T* b, std::size_t n) {
   [[maybe_unused]] const simd_isa isa = active_isa();
   parallel_ranges(
       n, ::xshard::detail::parallel_grain,
@@ -215,12 +228,44 @@ void add_in_place(T* out, const T* c, std::size_t n) {
 #if XSHARD_X86_KERNELS
         if constexpr (std::is_same_v<T, float>) {
           if (isa != simd_isa::generic) {
-            ::xshard::detail::x86::binary_row(isa, 0, out + lo, c + lo, out + lo, hi - lo);
+            constexpr int op = B == binary::add ? 0 : B == binary::sub ? 1 : B == binary::mul ? 2 : 3;
+            ::xshard::detail::x86::binary_row(isa, op, a + lo, b + lo, out + lo, hi - lo);
             return;
           }
         }
 #endif
-        for (std::size_t i = lo; i < hi; ++i) out[i] += c[i];
+        for (std::size_t i = lo; i < hi; ++i) out[i] = apply_binary<B>(a[i], b[i]);
+      },
+      ::xshard::detail::parallel_unit);
+}
+
+/// out[i] += c[i] for i < n (a gradient's second contribution).
+template <class T>
+void add_in_place(T* out, const T* c, std::size_t n) {
+  binary_elements<binary::add>(out, out, c, n);
+}
+
+/// out[i] = a[i] * c for i < n (out may be a): as binary_elements, against
+/// a row of c.
+template <class T>
+void scale_elements(T* out, const T* a, T c, std::size_t n) {
+  [[maybe_unused]] const simd_isa isa = active_isa();
+  parallel_ranges(
+      n, ::xshard::detail::parallel_grain,
+      [&](std::size_t lo, std::size_t hi) {
+#if XSHARD_X86_KERNELS
+        if constexpr (std::is_same_v<T, float>) {
+          if (isa != simd_isa::generic) {
+            constexpr std::size_t chunk = 256;
+            alignas(64) T row[chunk];
+            std::fill_n(row, chunk, c);
+            for (std::size_t i = lo; i < hi; i += chunk)
+              ::xshard::detail::x86::binary_row(isa, 2, a + i, row, out + i, std::min(chunk, hi - i));
+            return;
+          }
+        }
+#endif
+        for (std::size_t i = lo; i < hi; ++i) out[i] = a[i] * c;
       },
       ::xshard::detail::parallel_unit);
 }
@@ -250,16 +295,7 @@ void bias_rows(T* out, const T* a, const V& b, std::size_t rows, std::size_t n) 
       for (std::size_t i = r0; i < r1; ++i) {
         T* const o = out + i * n;
         const T* const x = a + i * n;
-        for (std::size_t j = 0; j < n; ++j) {
-          if constexpr (B == binary::add)
-            o[j] = x[j] + bp[j];
-          else if constexpr (B == binary::sub)
-            o[j] = x[j] - bp[j];
-          else if constexpr (B == binary::mul)
-            o[j] = x[j] * bp[j];
-          else
-            o[j] = x[j] / bp[j];
-        }
+        for (std::size_t j = 0; j < n; ++j) o[j] = apply_binary<B>(x[j], bp[j]);
       }
     });
   };
@@ -631,6 +667,25 @@ struct rule<binary_op<B>> {
       using T = detail::element_t<X>;
       constexpr std::size_t R = std::max(detail::rank_v<X>, detail::rank_v<Y>);
       detail::check_broadcast(a.shape(), b.shape(), binary_op<B>::text);
+      if constexpr (std::is_same_v<DA, xt::xtensor<T, R>> &&
+                    std::is_same_v<std::remove_cvref_t<Y>, xt::xtensor<T, R>>) {
+        // Equal shapes (a residual connection, a gradient's sum): element
+        // ranges over the pool, into an operand that is ours or a fresh tensor.
+        if (a.shape() == b.shape()) {
+          const T* const pa = a.data();
+          const T* const pb = b.data();
+          xt::xtensor<T, R> r = [&] {
+            if constexpr (!std::is_lvalue_reference_v<X>)
+              return xt::xtensor<T, R>(std::move(a));
+            else if constexpr (!std::is_lvalue_reference_v<Y>)
+              return xt::xtensor<T, R>(std::move(b));
+            else
+              return ::xshard::detail::fresh_tensor<T, R>(a.shape());
+          }();
+          detail::binary_elements<B>(r.data(), pa, pb, r.size());
+          return r;
+        }
+      }
       if constexpr (detail::rank_v<Y> == 1 && std::is_same_v<DA, xt::xtensor<T, R>>) {
         // A rank-1 operand along the last dim (a bias): row by row.
         if (b.size() == a.shape()[R - 1]) return detail::bias_applied<B>(std::forward<X>(a), b);
@@ -812,17 +867,22 @@ struct rule<scale_op<C>> : local_op {
   template <class X>
   static auto eval(const X& a) {
     using T = detail::element_t<X>;
-    if constexpr (Sharded<X>)
+    if constexpr (Sharded<X>) {
       return local_map(a, [](const auto& v) { return v * T(C::value); });
-    else
+    } else if constexpr (std::is_same_v<X, detail::plain_t<X>>) {
+      detail::plain_t<X> r = ::xshard::detail::fresh_tensor<T, detail::rank_v<X>>(a.shape());
+      detail::scale_elements(r.data(), a.data(), T(C::value), r.size());
+      return r;
+    } else {
       return detail::to_plain<X>(a * T(C::value));
+    }
   }
   template <std::size_t K, class G, class Y, class A>
   static auto vjp(G&& g, const vjp_context<Y, A>&) {
     using T = detail::element_t<G>;
     if constexpr (!Sharded<G> && !std::is_lvalue_reference_v<G> &&
                   std::is_same_v<std::remove_cvref_t<G>, detail::plain_t<G>>) {
-      xt::noalias(g) *= T(C::value);  // the cotangent is ours: scaled in place
+      detail::scale_elements(g.data(), g.data(), T(C::value), g.size());  // the cotangent is ours: scaled in place
       return std::move(g);
     } else {
       return eval(g);
@@ -1152,42 +1212,61 @@ auto on_blocks(const X& x, const Y& y, F&& f) {
     return to_plain<Y>(f(x, y));
 }
 
-/// Sets to `fill` the entries of a contiguous row-major block of shape
-/// `shape` whose index along dim kd exceeds its index along dim qd (the
-/// causal mask). Walks the block one innermost row at a time, each row's
-/// masked entries being one contiguous run (a suffix when kd is the last
-/// dim, a prefix when qd is, all or none otherwise): no per-element index
-/// arithmetic.
+/// dst = src with `fill` in the entries of a contiguous row-major block of
+/// shape `shape` whose index along dim kd exceeds its index along dim qd
+/// (the causal mask); dst may be src (then only the fill is written). Each
+/// innermost row's masked entries are one contiguous run (a suffix when kd
+/// is the last dim, a prefix when qd is, all or none otherwise): no
+/// per-element index arithmetic. Row ranges over the thread pool.
 template <class S, class T>
-void fill_above_diagonal(const S& shape, std::size_t qd, std::size_t kd, T* data, T fill) {
+void mask_above_diagonal(const S& shape, std::size_t qd, std::size_t kd, const T* src, T* dst, T fill) {
   const std::size_t rank = shape.size();
   if (rank == 0) return;
   const std::size_t last = rank - 1, n = shape[last];
   std::size_t rows = 1;
   for (std::size_t d = 0; d < last; ++d) rows *= shape[d];
   if (n == 0 || rows == 0) return;
-  // The row's index in dims 0..last-1 (no allocation for a shape of static rank).
-  auto idx = [&] {
-    if constexpr (requires { std::tuple_size<S>::value; })
-      return std::array<std::size_t, std::tuple_size_v<S>>{};
-    else
-      return std::vector<std::size_t>(rank, 0);
-  }();
-  for (std::size_t row = 0; row < rows; ++row) {
-    T* r = data + row * n;
-    if (kd == last) {
-      const std::size_t from = std::min(idx[qd] + 1, n);
-      std::fill(r + from, r + n, fill);
-    } else if (qd == last) {
-      std::fill(r, r + std::min(idx[kd], n), fill);
-    } else if (idx[kd] > idx[qd]) {
-      std::fill(r, r + n, fill);
+  parallel_ranges(rows, ::xshard::detail::rows_per_grain(n), [&](std::size_t r0, std::size_t r1) {
+    // The first row's index in dims 0..last-1 (no allocation for a shape of static rank).
+    auto idx = [&] {
+      if constexpr (requires { std::tuple_size<S>::value; })
+        return std::array<std::size_t, std::tuple_size_v<S>>{};
+      else
+        return std::vector<std::size_t>(rank, 0);
+    }();
+    for (std::size_t d = last, r = r0; d-- > 0;) {
+      idx[d] = r % shape[d];
+      r /= shape[d];
     }
-    for (std::size_t d = last; d-- > 0;) {  // odometer over the outer dims
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
+    for (std::size_t row = r0; row < r1; ++row) {
+      const T* const s = src + row * n;
+      T* const o = dst + row * n;
+      std::size_t f0 = n, f1 = n;  // the masked run [f0, f1)
+      if (kd == last) {
+        f0 = std::min(idx[qd] + 1, n);
+      } else if (qd == last) {
+        f0 = 0;
+        f1 = std::min(idx[kd], n);
+      } else if (idx[kd] > idx[qd]) {
+        f0 = 0;
+      }
+      if (s != o) {
+        std::copy(s, s + f0, o);
+        std::copy(s + f1, s + n, o + f1);
+      }
+      std::fill(o + f0, o + f1, fill);
+      for (std::size_t d = last; d-- > 0;) {  // odometer over the outer dims
+        if (++idx[d] < shape[d]) break;
+        idx[d] = 0;
+      }
     }
-  }
+  });
+}
+
+/// mask_above_diagonal in place.
+template <class S, class T>
+void fill_above_diagonal(const S& shape, std::size_t qd, std::size_t kd, T* data, T fill) {
+  mask_above_diagonal(shape, qd, kd, static_cast<const T*>(data), data, fill);
 }
 
 }  // namespace detail
@@ -1417,9 +1496,16 @@ struct rule<causal_mask_op<QDim, KDim>> : local_op {
   /// v with the entries where key > query set to fill.
   template <class V>
   static auto masked(const V& v, typename V::value_type fill) {
-    detail::plain_t<V> r = detail::to_plain<V>(v);
-    detail::fill_above_diagonal(r.shape(), q<V>, k<V>, r.data(), fill);
-    return r;
+    if constexpr (std::is_same_v<V, detail::plain_t<V>>) {
+      // One pass: the copy and the fill.
+      detail::plain_t<V> r = ::xshard::detail::fresh_tensor<typename V::value_type, detail::rank_v<V>>(v.shape());
+      detail::mask_above_diagonal(r.shape(), q<V>, k<V>, v.data(), r.data(), fill);
+      return r;
+    } else {
+      detail::plain_t<V> r = detail::to_plain<V>(v);
+      detail::fill_above_diagonal(r.shape(), q<V>, k<V>, r.data(), fill);
+      return r;
+    }
   }
   template <class X>
   static auto eval(const X& a) {
