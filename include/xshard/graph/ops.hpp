@@ -203,17 +203,18 @@ void check_broadcast(const SA& a, const SB& b, std::string_view op) {
   }
 }
 
-/// x op y, one element.
-template <binary B, class T>
-constexpr T apply_binary(T x, T y) {
+/// x op y: two elements, or two xtensor expressions (of lvalues: the
+/// expression refers to them).
+template <binary B, class X, class Y>
+constexpr auto apply_binary(X&& x, Y&& y) {
   if constexpr (B == binary::add)
-    return x + y;
+    return std::forward<X>(x) + std::forward<Y>(y);
   else if constexpr (B == binary::sub)
-    return x - y;
+    return std::forward<X>(x) - std::forward<Y>(y);
   else if constexpr (B == binary::mul)
-    return x * y;
+    return std::forward<X>(x) * std::forward<Y>(y);
   else
-    return x / y;
+    return std::forward<X>(x) / std::forward<Y>(y);
 }
 
 /// out[i] = a[i] op b[i] for i < n (out may be a or b): element ranges over
@@ -627,16 +628,7 @@ struct rule<binary_op<B>> {
   static auto eval(X&& a, Y&& b) {
     using DA = owning_sharded_t<X>;  // a view operand: a fresh block
     detail::check_sharded_binary<X, Y>();
-    auto f = [](auto&& u, const auto& v) {
-      if constexpr (B == binary::add)
-        return u + v;
-      else if constexpr (B == binary::sub)
-        return u - v;
-      else if constexpr (B == binary::mul)
-        return u * v;
-      else
-        return u / v;
-    };
+    auto f = [](const auto& u, const auto& v) { return detail::apply_binary<B>(u, v); };
     if constexpr (Sharded<X>) {
       if constexpr (detail::is_bias_of<X, Y>()) {
         // Each device's block row by row against its block of the bias (the
@@ -1507,15 +1499,27 @@ struct rule<causal_mask_op<QDim, KDim>> : local_op {
       return r;
     }
   }
+  /// v masked: in place when v is a plain tensor of ours (the scores no
+  /// other node reads, the cotangent), else into a fresh one.
+  template <class V>
+  static auto masked_value(V&& v, detail::element_t<V> fill) {
+    using D = std::remove_cvref_t<V>;
+    if constexpr (!Sharded<D> && !std::is_lvalue_reference_v<V> && std::is_same_v<D, detail::plain_t<D>>) {
+      detail::fill_above_diagonal(v.shape(), q<D>, k<D>, v.data(), fill);
+      return D(std::move(v));
+    } else {
+      return detail::on_blocks(v, [fill](const auto& b) { return masked(b, fill); });
+    }
+  }
   template <class X>
-  static auto eval(const X& a) {
-    detail::require_unsharded_dims<X, q<X>, k<X>>("causal_mask");
-    using T = detail::element_t<X>;
-    return detail::on_blocks(a, [](const auto& v) { return masked(v, -std::numeric_limits<T>::infinity()); });
+  static auto eval(X&& a) {
+    using D = std::remove_cvref_t<X>;
+    detail::require_unsharded_dims<D, q<D>, k<D>>("causal_mask");
+    return masked_value(std::forward<X>(a), -std::numeric_limits<detail::element_t<X>>::infinity());
   }
   template <std::size_t K, class G, class Y, class A>
   static auto vjp(G&& g, const vjp_context<Y, A>&) {
-    return detail::on_blocks(g, [](const auto& v) { return masked(v, 0); });
+    return masked_value(std::forward<G>(g), 0);
   }
 };
 
