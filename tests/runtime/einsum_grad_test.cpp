@@ -7,6 +7,7 @@
 #include <xshard/einsum/grad.hpp>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xrandom.hpp>
+#include <xtensor/xtensor.hpp>
 
 #include "../support/expect_error.hpp"
 
@@ -93,6 +94,42 @@ TEST(EinsumGrad, ThreeOperandsAndBatched) {
 TEST(EinsumGrad, RuntimeEquationText) {
   EXPECT_EQ(xshard::einsum_grad_equation("...n,mn->...m", 1), "...m,...n->mn");
   EXPECT_THROW((void)xshard::einsum_grad_equation("ij,jk->ik", 2), xshard::error);
+}
+
+// einsum_vjp_into: where the gradient is one einsum (a GEMM's operands, a
+// batched attention's), written into the caller's tensor, einsum_vjp's
+// bits; elsewhere (a broadcast operand, a diagonal) false, the tensor
+// untouched.
+TEST(EinsumGrad, IntoTheCallersTensorIsEinsumVjpWhereItIsOneEinsum) {
+  xt::random::seed(8);
+  using F2 = xt::xtensor<float, 2>;
+  using F4 = xt::xtensor<float, 4>;
+  const F2 x = xt::random::randn<float>({64, 96}), w = xt::random::randn<float>({80, 96});
+  const F2 g = xt::random::randn<float>({64, 80});
+  F2 dx = F2::from_shape({64, 96}), dw = F2::from_shape({80, 96});
+  ASSERT_TRUE((xshard::einsum_vjp_into<"...n,mn->...m", 0>(dx, g, x, w)));
+  ASSERT_TRUE((xshard::einsum_vjp_into<"...n,mn->...m", 1>(dw, g, x, w)));
+  EXPECT_EQ(dx, (xshard::einsum_vjp<"...n,mn->...m", 0>(g, x, w)));
+  EXPECT_EQ(dw, (xshard::einsum_vjp<"...n,mn->...m", 1>(g, x, w)));
+
+  const F4 q = xt::random::randn<float>({2, 3, 16, 8}), k = xt::random::randn<float>({2, 3, 12, 8});
+  const F4 gs = xt::random::randn<float>({2, 3, 16, 12});
+  F4 dq = F4::from_shape({2, 3, 16, 8}), dk = F4::from_shape({2, 3, 12, 8});
+  ASSERT_TRUE((xshard::einsum_vjp_into<"bhqd,bhkd->bhqk", 0>(dq, gs, q, k)));
+  ASSERT_TRUE((xshard::einsum_vjp_into<"bhqd,bhkd->bhqk", 1>(dk, gs, q, k)));
+  EXPECT_EQ(dq, (xshard::einsum_vjp<"bhqd,bhkd->bhqk", 0>(gs, q, k)));
+  EXPECT_EQ(dk, (xshard::einsum_vjp<"bhqd,bhkd->bhqk", 1>(gs, q, k)));
+
+  const F2 a1 = xt::random::randn<float>({1, 5}), b4 = xt::random::randn<float>({4, 5});
+  const F2 g45 = xt::random::randn<float>({4, 5});
+  F2 untouched = xt::ones<float>({1, 5}) * 7.0f;
+  EXPECT_FALSE((xshard::einsum_vjp_into<"...n,...n->...n", 0>(untouched, g45, a1, b4)));  // a1 broadcasts
+  EXPECT_EQ(untouched, F2(xt::ones<float>({1, 5}) * 7.0f));
+  const F2 sq = xt::random::randn<float>({5, 5});
+  const xt::xtensor<float, 1> g5 = xt::random::randn<float>({5});
+  F2 diag = xt::ones<float>({5, 5}) * 7.0f;
+  EXPECT_FALSE((xshard::einsum_vjp_into<"ii->i", 0>(diag, g5, sq)));  // a diagonal: embedded afterwards
+  EXPECT_EQ(diag, F2(xt::ones<float>({5, 5}) * 7.0f));
 }
 
 TEST(EinsumGrad, OutputGradientOfTheWrongShapeIsAnError) {

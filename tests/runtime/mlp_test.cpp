@@ -333,6 +333,29 @@ TEST(NnLayers, MlpBlockEqualsTheHandWrittenOneBitForBit) {
   check(xshard::mlp_block<T, xshard::replicated_mlp, xshard::graph::gelu_kind::tanh>{}, tanh_ref);
 }
 
+// At a training step's size on a pool of two threads, each linear's two
+// gradient GEMMs (dW and dx) run side by side, one whole GEMM per thread
+// (graph::program's paired_gemms); on one thread, one after the other. Both
+// equal the hand-written block's gradients bit for bit.
+TEST(NnLayers, GradientGemmsSideBySideKeepTheBits) {
+  const auto p = random_params(128, 512, 18);
+  xt::random::seed(19);
+  const mat x = xt::random::randn<T>({64, 128}), gy = xt::random::randn<T>({64, 128});
+  const xshard_test::hand::mlp_block<T> hand;
+  const auto ref_fwd = hand.forward(p, x);
+  const auto ref = hand.vjp(p, ref_fwd.second, gy);
+  const std::size_t before = xshard::num_threads();
+  for (const std::size_t threads : {1, 2}) {
+    xshard::set_num_threads(threads);
+    const Dense l;
+    const auto fwd = l.forward(p, x);
+    const auto bwd = l.vjp(p, fwd.second, gy);
+    EXPECT_EQ(bwd.first, ref.first) << threads << " threads";
+    EXPECT_EQ(bwd.second, ref.second) << threads << " threads";
+  }
+  xshard::set_num_threads(before);
+}
+
 // dots_saveable through remat (scan_layers' path): a graph layer's dots
 // hold its input, so remat keeps no copy of it and restores the residuals
 // from the dots alone (moved); a layer whose restore reads the input (the

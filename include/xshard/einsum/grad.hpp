@@ -218,6 +218,13 @@ constexpr std::size_t skip_index(std::size_t j) {
     return j < I ? j : j + 1;
 }
 
+/// The static rank of the gradient einsum's result (Text: operand I's
+/// gradient equation, its operands G and the other operands of Ops), or -1.
+template <fixed_string Text, std::size_t I, class G, class Ops, std::size_t... J>
+consteval std::int64_t grad_output_rank(std::index_sequence<J...>) {
+  return typed_output_rank<Text, G, std::tuple_element_t<skip_index<I>(J), Ops>...>();
+}
+
 }  // namespace detail
 
 /// The gradient of operand I of einsum<Eq>(ops...) given the output
@@ -277,6 +284,55 @@ auto einsum_vjp(const G& gy, const E&... ops) {
                           std::span<const std::int64_t>(xshape.begin(), xshape.end()),
                           std::span<const int>(xl.begin(), xl.end()));
   return dx;
+}
+
+/// einsum_vjp<Eq, I>(gy, ops...) written into `out` (operand I's shape),
+/// without allocating it, when it is the usual case: the reduced gradient's
+/// labels are operand I's, in its order, and operand I broadcasts no dim
+/// (each of its extents is its label's). Then it is one einsum into out
+/// (the same GEMM, so the same bits as einsum_vjp) and returns true; else
+/// it writes nothing and returns false (einsum_vjp handles the rest).
+/// @pre out does not overlap gy or an operand.
+template <fixed_string Eq, std::size_t I, class Out, class G, class... E>
+bool einsum_vjp_into(Out& out, const G& gy, const E&... ops) {
+  constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
+  constexpr auto grad_text = einsum_grad<Eq, I>();
+  constexpr einsum_equation geq = detail::grad_equation<Eq, I>.value;
+  constexpr std::int64_t grad_rank =
+      detail::grad_output_rank<grad_text, I, G, std::tuple<E...>>(std::make_index_sequence<sizeof...(E) - 1>{});
+  if constexpr (grad_rank >= 0 && tensor_rank_v<Out> >= 0 && grad_rank != tensor_rank_v<Out>) {
+    return false;  // the reduced gradient has another rank (a diagonal's, a summed operand's)
+  } else {
+    const auto& xi = std::get<I>(std::forward_as_tuple(ops...));
+    const std::array<std::int64_t, sizeof...(E)> ranks{static_cast<std::int64_t>(ops.dimension())...};
+    const einsum_binding fb = bind_einsum(eq, ranks).get(Eq.view());
+    detail::check_output_gradient(fb, gy, Eq.view(), ops...);
+    const auto xl = detail::bounded<detail::label_list>(fb.operand_labels[I]);
+    std::array<std::int64_t, sizeof...(E)> granks{static_cast<std::int64_t>(gy.dimension())};
+    for (std::size_t j = 0, k = 1; j < sizeof...(E); ++j)
+      if (j != I) granks[k++] = ranks[j];
+    const einsum_binding gb = bind_einsum(geq, granks).get(grad_text.view());
+    detail::label_list gl;
+    for (int id : gb.output_labels)
+      gl.push_back(id >= einsum_letter_ids ? id + (fb.ellipsis_dims - gb.ellipsis_dims) : id);
+    if (!(gl == xl)) return false;
+    // Each label's extent over the forward's operands: operand I broadcasts
+    // none of its dims when it has them all.
+    const std::array<detail::extent_list64, sizeof...(E)> s{detail::bounded<detail::extent_list64>(ops.shape())...};
+    std::array<std::span<const std::int64_t>, sizeof...(E)> shapes{};
+    for (std::size_t i = 0; i < sizeof...(E); ++i) shapes[i] = std::span<const std::int64_t>(s[i].begin(), s[i].end());
+    const einsum_extents ext =
+        einsum_label_extents(fb, std::span<const std::span<const std::int64_t>>(shapes.data(), shapes.size()))
+            .get(Eq.view());
+    if (out.dimension() != xl.size()) return false;
+    for (std::size_t d = 0; d < xl.size(); ++d)
+      if (static_cast<std::int64_t>(xi.shape()[d]) != ext.of[xl[d]] || out.shape()[d] != xi.shape()[d]) return false;
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      einsum_into<grad_text>(out, gy, std::get<detail::skip_index<I>(J)>(std::forward_as_tuple(ops...))...);
+    }
+    (std::make_index_sequence<sizeof...(E) - 1>{});
+    return true;
+  }
 }
 
 /// The gradient of a broadcast (e.g. bias add y = z + b): gy summed to b.

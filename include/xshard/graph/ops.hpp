@@ -534,6 +534,17 @@ struct rule<einsum_op<Eq>> {
     }
     (std::index_sequence_for<A...>{});
   }
+  /// vjp<K> written into `out` (operand K's shape) when it is one GEMM
+  /// (einsum_vjp_into); false, writing nothing, otherwise. The graph runs
+  /// two operands' gradient GEMMs side by side with it (graph.hpp).
+  static constexpr bool gemm_vjp = true;
+  template <std::size_t K, class Out, class G, class Y, class... A>
+  static bool vjp_into(Out& out, const G& g, const vjp_context<Y, A...>& c) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return ::xshard::einsum_vjp_into<Eq, K>(out, g, c.template operand<I>()...);
+    }
+    (std::index_sequence_for<A...>{});
+  }
   template <class Y, class... A>
   static consteval node_collectives forward_collectives() {
     node_collectives r;
@@ -851,6 +862,20 @@ struct rule<einsum_bias_op<Eq>> : local_op {
       }
       (std::make_index_sequence<n>{});
     }
+  }
+  /// As rule<einsum_op>::vjp_into for the einsum's operands (K < the
+  /// bias's position), when b did not broadcast the einsum's result.
+  static constexpr bool gemm_vjp = true;
+  template <std::size_t K, class Out, class G, class Y, class... A>
+  static bool vjp_into(Out& out, const G& g, const vjp_context<Y, A...>& c) {
+    constexpr std::size_t n = sizeof...(A) - 1;
+    static_assert(K < n, "xshard::graph: vjp_into is the einsum operands' (the bias's gradient is a sum)");
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      constexpr std::size_t R = detail::rank_v<G>;
+      if (g.shape()[R - 1] != ::xshard::detail::einsum_last_extent<Eq>(c.template operand<I>()...)) return false;
+      return ::xshard::einsum_vjp_into<Eq, K>(out, g, c.template operand<I>()...);
+    }
+    (std::make_index_sequence<n>{});
   }
 };
 
