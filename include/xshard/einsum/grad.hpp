@@ -190,10 +190,10 @@ L bounded(const R& r) {
 }
 
 /// Refuses an output gradient whose shape is not the forward output's (the
-/// scatter below indexes the operand's gradient by the gradient's extents).
-/// Allocates nothing unless it throws.
+/// scatter below indexes the operand's gradient by the gradient's extents);
+/// returns each label's extent. Allocates nothing unless it throws.
 template <class G, class... E>
-void check_output_gradient(const einsum_binding& fb, const G& gy, std::string_view text, const E&... ops) {
+einsum_extents check_output_gradient(const einsum_binding& fb, const G& gy, std::string_view text, const E&... ops) {
   const std::array<extent_list64, sizeof...(E)> s{bounded<extent_list64>(ops.shape())...};
   std::array<std::span<const std::int64_t>, sizeof...(E)> shapes{};
   for (std::size_t i = 0; i < sizeof...(E); ++i) shapes[i] = std::span<const std::int64_t>(s[i].begin(), s[i].end());
@@ -207,6 +207,7 @@ void check_output_gradient(const einsum_binding& fb, const G& gy, std::string_vi
     if (static_cast<std::int64_t>(gy.shape()[d]) != ext.of[fb.output_labels[d]])
       throw error(what() + "has extent " + std::to_string(gy.shape()[d]) + " in dim " + std::to_string(d) +
                   ", the output " + std::to_string(ext.of[fb.output_labels[d]]));
+  return ext;
 }
 
 /// The j-th operand other than operand I.
@@ -216,6 +217,25 @@ constexpr std::size_t skip_index(std::size_t j) {
     return j + 1;
   else
     return j < I ? j : j + 1;
+}
+
+/// The labels of operand I of einsum<Eq> (xl, its ellipsis dims
+/// right-aligned to the forward's broadcast ellipsis) and of operand I's
+/// gradient einsum's result (gl, its ellipsis ids shifted to line up with
+/// the forward binding fb). Bounded lists: no allocation.
+template <fixed_string Eq, std::size_t I, std::size_t N>
+std::pair<label_list, label_list> grad_labels(const einsum_binding& fb, std::int64_t gy_rank,
+                                              const std::array<std::int64_t, N>& ranks) {
+  constexpr auto grad_text = einsum_grad<Eq, I>();
+  constexpr einsum_equation geq = grad_equation<Eq, I>.value;
+  std::array<std::int64_t, N> granks{gy_rank};
+  for (std::size_t j = 0, k = 1; j < N; ++j)
+    if (j != I) granks[k++] = ranks[j];
+  const einsum_binding gb = bind_einsum(geq, granks).get(grad_text.view());
+  label_list gl;
+  for (int id : gb.output_labels)
+    gl.push_back(id >= einsum_letter_ids ? id + (fb.ellipsis_dims - gb.ellipsis_dims) : id);
+  return {bounded<label_list>(fb.operand_labels[I]), gl};
 }
 
 /// The static rank of the gradient einsum's result (Text: operand I's
@@ -234,7 +254,6 @@ auto einsum_vjp(const G& gy, const E&... ops) {
   using T = detail::value_t<G>;
   constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
   constexpr auto grad_text = einsum_grad<Eq, I>();
-  constexpr einsum_equation geq = detail::grad_equation<Eq, I>.value;
   const auto& xi = std::get<I>(std::forward_as_tuple(ops...));
   // The bookkeeping below is bounded lists: a call allocates nothing but
   // the gradient itself (and the einsum's result).
@@ -251,18 +270,8 @@ auto einsum_vjp(const G& gy, const E&... ops) {
   constexpr std::int64_t rank = tensor_rank_v<decltype(xi)>;
   using result_t =
       std::conditional_t<(rank >= 0), xt::xtensor<T, static_cast<std::size_t>(rank < 0 ? 0 : rank)>, xt::xarray<T>>;
-  // Labels: xi's own (its ellipsis dims right-aligned to the broadcast
-  // ellipsis of the forward equation), the reduced gradient's.
-  const auto xl = detail::bounded<detail::label_list>(fb.operand_labels[I]);
-  std::array<std::int64_t, sizeof...(E)> granks{static_cast<std::int64_t>(gy.dimension())};
-  for (std::size_t j = 0, k = 1; j < sizeof...(E); ++j)
-    if (j != I) granks[k++] = ranks[j];
-  const einsum_binding gb = bind_einsum(geq, granks).get(grad_text.view());
-  // The grad equation's ellipsis dims are right-aligned like the forward's:
-  // shift its ids so they line up with the forward binding.
-  detail::label_list gl;
-  for (int id : gb.output_labels)
-    gl.push_back(id >= einsum_letter_ids ? id + (fb.ellipsis_dims - gb.ellipsis_dims) : id);
+  // Labels: xi's own, the reduced gradient's.
+  const auto [xl, gl] = detail::grad_labels<Eq, I>(fb, static_cast<std::int64_t>(gy.dimension()), ranks);
   result_t dx;
   // The usual case (a GEMM's operands): the reduced gradient has operand
   // I's labels in its order and its extents, so it is the gradient.
@@ -297,7 +306,6 @@ template <fixed_string Eq, std::size_t I, class Out, class G, class... E>
 bool einsum_vjp_into(Out& out, const G& gy, const E&... ops) {
   constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
   constexpr auto grad_text = einsum_grad<Eq, I>();
-  constexpr einsum_equation geq = detail::grad_equation<Eq, I>.value;
   constexpr std::int64_t grad_rank =
       detail::grad_output_rank<grad_text, I, G, std::tuple<E...>>(std::make_index_sequence<sizeof...(E) - 1>{});
   if constexpr (grad_rank >= 0 && tensor_rank_v<Out> >= 0 && grad_rank != tensor_rank_v<Out>) {
@@ -306,24 +314,11 @@ bool einsum_vjp_into(Out& out, const G& gy, const E&... ops) {
     const auto& xi = std::get<I>(std::forward_as_tuple(ops...));
     const std::array<std::int64_t, sizeof...(E)> ranks{static_cast<std::int64_t>(ops.dimension())...};
     const einsum_binding fb = bind_einsum(eq, ranks).get(Eq.view());
-    detail::check_output_gradient(fb, gy, Eq.view(), ops...);
-    const auto xl = detail::bounded<detail::label_list>(fb.operand_labels[I]);
-    std::array<std::int64_t, sizeof...(E)> granks{static_cast<std::int64_t>(gy.dimension())};
-    for (std::size_t j = 0, k = 1; j < sizeof...(E); ++j)
-      if (j != I) granks[k++] = ranks[j];
-    const einsum_binding gb = bind_einsum(geq, granks).get(grad_text.view());
-    detail::label_list gl;
-    for (int id : gb.output_labels)
-      gl.push_back(id >= einsum_letter_ids ? id + (fb.ellipsis_dims - gb.ellipsis_dims) : id);
+    const einsum_extents ext = detail::check_output_gradient(fb, gy, Eq.view(), ops...);
+    const auto [xl, gl] = detail::grad_labels<Eq, I>(fb, static_cast<std::int64_t>(gy.dimension()), ranks);
     if (!(gl == xl)) return false;
-    // Each label's extent over the forward's operands: operand I broadcasts
-    // none of its dims when it has them all.
-    const std::array<detail::extent_list64, sizeof...(E)> s{detail::bounded<detail::extent_list64>(ops.shape())...};
-    std::array<std::span<const std::int64_t>, sizeof...(E)> shapes{};
-    for (std::size_t i = 0; i < sizeof...(E); ++i) shapes[i] = std::span<const std::int64_t>(s[i].begin(), s[i].end());
-    const einsum_extents ext =
-        einsum_label_extents(fb, std::span<const std::span<const std::int64_t>>(shapes.data(), shapes.size()))
-            .get(Eq.view());
+    // Operand I broadcasts none of its dims when each of its extents is its
+    // label's over the forward's operands.
     if (out.dimension() != xl.size()) return false;
     for (std::size_t d = 0; d < xl.size(); ++d)
       if (static_cast<std::int64_t>(xi.shape()[d]) != ext.of[xl[d]] || out.shape()[d] != xi.shape()[d]) return false;
