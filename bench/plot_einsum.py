@@ -144,8 +144,9 @@ def main():
         again = g(t, "f32/sgemm2048_again/openblas")
         if not math.isnan(again):
             md.append("")
-            md.append(f"OpenBLAS sgemm n=2048 at the start of the run {fmt(g(t, 'f32/sgemm2048/openblas'))}, "
-                      f"at the end {fmt(again)} GFLOP/s (drift from the machine's load).")
+            md.append(f"OpenBLAS sgemm n=2048, the same benchmark registered first and last: "
+                      f"{fmt(g(t, 'f32/sgemm2048/openblas'))} and {fmt(again)} GFLOP/s (how far the machine's speed "
+                      f"drifts; run_einsum.sh shuffles the repetitions, so the drift falls on every side alike).")
         md.append("")
 
     if 1 in threads and 2 in threads:

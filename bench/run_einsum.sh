@@ -16,7 +16,9 @@
 #    XSHARD_NUM_THREADS = OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = t,
 #    OPENBLAS_CORETYPE=Cooperlake, or Haswell on a CPU without AVX-512 (OpenBLAS reads it when it loads; without it
 #    the comparison is meaningless, see ../shared/PERF-NOTES.md) and
-#    --benchmark_repetitions=$REPS (default 5) --benchmark_report_aggregates_only=true,
+#    --benchmark_repetitions=$REPS (default 5), --benchmark_enable_random_interleaving=true
+#    (repetitions shuffled across benchmarks, so drift hits every side alike)
+#    and --benchmark_report_aggregates_only=true,
 #    writing $OUT/einsum_t<t>.json (and the console output to .txt).
 # 3. Runs bench/peers.py (numpy, torch; Debian's /usr/bin/python3) -> $OUT/peers.json.
 # 4. Runs bench/plot_einsum.py -> $OUT/einsum.md and $OUT/einsum.png.
@@ -99,7 +101,11 @@ cat "$OUT/build_info.txt"
 
 for t in $THREADS; do
   echo "== bench/einsum, ${t} thread(s)"
-  args=(--benchmark_repetitions="$REPS" --benchmark_report_aggregates_only=true
+  # Repetitions in random order across all benchmarks: a drift of the
+  # machine's speed during the run then falls on every implementation alike
+  # rather than on whichever ran in the slow spell.
+  args=(--benchmark_repetitions="$REPS" --benchmark_enable_random_interleaving=true
+    --benchmark_report_aggregates_only=true
     --benchmark_out="$OUT/einsum_t${t}.json" --benchmark_out_format=json --benchmark_color=false)
   if [ -n "$FILTER" ]; then args+=(--benchmark_filter="$FILTER"); fi
   # shellcheck disable=SC2206  # EXTRA_ARGS is a list of flags
