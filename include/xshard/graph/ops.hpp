@@ -853,7 +853,7 @@ struct rule<einsum_bias_op<Eq>> : local_op {
     } else {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
         constexpr std::size_t R = detail::rank_v<G>;
-        if (g.shape()[R - 1] != ::xshard::detail::einsum_last_extent<Eq>(c.template operand<I>()...)) {
+        if (bias_broadcast(g, c)) {
           const xt::xtensor<detail::element_t<G>, R> summed =
               xt::sum(g, {R - 1}, xt::keep_dims | xt::evaluation_strategy::immediate);
           return ::xshard::einsum_vjp<Eq, K>(summed, c.template operand<I>()...);
@@ -863,6 +863,15 @@ struct rule<einsum_bias_op<Eq>> : local_op {
       (std::make_index_sequence<n>{});
     }
   }
+  /// Whether b broadcast the einsum's result: g's last extent is not the
+  /// einsum's (which is then 1).
+  template <class G, class Y, class... A>
+  static bool bias_broadcast(const G& g, const vjp_context<Y, A...>& c) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return g.shape()[detail::rank_v<G> - 1] != ::xshard::detail::einsum_last_extent<Eq>(c.template operand<I>()...);
+    }
+    (std::make_index_sequence<sizeof...(A) - 1>{});
+  }
   /// As rule<einsum_op>::vjp_into for the einsum's operands (K < the
   /// bias's position), when b did not broadcast the einsum's result.
   static constexpr bool gemm_vjp = true;
@@ -870,9 +879,8 @@ struct rule<einsum_bias_op<Eq>> : local_op {
   static bool vjp_into(Out& out, const G& g, const vjp_context<Y, A...>& c) {
     constexpr std::size_t n = sizeof...(A) - 1;
     static_assert(K < n, "xshard::graph: vjp_into is the einsum operands' (the bias's gradient is a sum)");
+    if (bias_broadcast(g, c)) return false;
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      constexpr std::size_t R = detail::rank_v<G>;
-      if (g.shape()[R - 1] != ::xshard::detail::einsum_last_extent<Eq>(c.template operand<I>()...)) return false;
       return ::xshard::einsum_vjp_into<Eq, K>(out, g, c.template operand<I>()...);
     }
     (std::make_index_sequence<n>{});
