@@ -10,6 +10,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <vector>
 #include <xshard/core/thread_pool.hpp>
 #include <xshard/core/workspace.hpp>
@@ -21,6 +22,7 @@
 #include <xshard/optim/optimizer.hpp>
 #include <xtensor/xrandom.hpp>
 #include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
 
 #include "../support/alloc_counter.hpp"  // replaces operator new: parallel_for's allocations
 
@@ -217,6 +219,76 @@ TEST(ParallelComposites, SgdUpdatesEveryElementByTheFormula) {
   for (std::size_t i = 0; i < n; ++i)
     ASSERT_FLOAT_EQ(q[i], p[i] - 0.1f * (g[i] * 0.5f + 0.01f * p[i])) << "element " << i;
   xshard::set_num_threads(before);
+}
+
+// An optimizer updates all its tensors in one parallel region (and
+// layer_updates all of a layer's): the threads' element ranges cut across
+// tensor boundaries (three tensors of 20001, 7 and 30011 elements, one
+// region of three grains), and every element still gets the plain loop's
+// update with its own tensor's gradient and state, for 1, 2 and 3 threads.
+TEST(ParallelComposites, OneRegionOverSeveralTensorsIsEachTensorsUpdate) {
+  using V = xt::xtensor<float, 1>;
+  using Params = std::tuple<V, V, V>;
+  auto make = [](std::size_t n, double seed) {
+    V x = V::from_shape({n});
+    for (std::size_t i = 0; i < n; ++i) x(i) = static_cast<float>(std::sin(seed + 0.37 * static_cast<double>(i)));
+    return x;
+  };
+  const Params start{make(20001, 1), make(7, 2), make(30011, 3)};
+  const Params grad{make(20001, 4), make(7, 5), make(30011, 6)};
+  const xshard::sgd rule{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01};
+  // The reference: the plain loop of sgd's formula, tensor by tensor.
+  Params want = start, buf{V::from_shape({20001}), V::from_shape({7}), V::from_shape({30011})};
+  const float lr = 0.1f, wd = 0.01f;  // b starts at 0, so the first step's mu b is 0
+  xshard::detail::for_each_index<3>([&](auto k) {
+    auto& p = std::get<k.value>(want);
+    auto& b = std::get<k.value>(buf);
+    const auto& g = std::get<k.value>(grad);
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      const float gi = g(i) * 1.0f + wd * p(i);
+      b(i) = gi;  // the first step's momentum buffer (torch: b = g)
+      p(i) -= lr * b(i);
+    }
+  });
+  expect_same_for_every_thread_count([&] {
+    Params p = start;
+    xshard::optimizer<xshard::sgd, Params> opt(rule, p);
+    opt.step(p, grad);
+    EXPECT_EQ(std::get<0>(p), std::get<0>(want));
+    EXPECT_EQ(std::get<1>(p), std::get<1>(want));
+    EXPECT_EQ(std::get<2>(p), std::get<2>(want));
+    EXPECT_EQ(std::get<2>(opt.state(0)), std::get<2>(buf));
+    return std::vector<V>{std::get<0>(p), std::get<1>(p), std::get<2>(p)};
+  });
+  // layer_updates: a stack of two layers, each layer's three tensors in one region.
+  using Stack = std::tuple<xt::xtensor<float, 2>, xt::xtensor<float, 2>, xt::xtensor<float, 2>>;
+  auto stack = [](const Params& t) {
+    Stack s;
+    xshard::detail::for_each_index<3>([&](auto k) {
+      const V& x = std::get<k.value>(t);
+      auto& y = std::get<k.value>(s);
+      y = xt::xtensor<float, 2>::from_shape({2, x.size()});
+      xt::view(y, 0) = x;
+      xt::view(y, 1) = x * 0.5f;
+    });
+    return s;
+  };
+  const Stack sstart = stack(start), sgrad = stack(grad);
+  expect_same_for_every_thread_count([&] {
+    Stack stepped = sstart, layered = sstart;
+    xshard::optimizer<xshard::sgd, Stack> a(rule, stepped), b(rule, layered);
+    a.step(stepped, sgrad);
+    auto update = b.layer_updates(layered);
+    for (std::size_t l = 2; l-- > 0;)
+      update(l, std::tuple<V, V, V>(xt::view(std::get<0>(sgrad), l), xt::view(std::get<1>(sgrad), l),
+                                    xt::view(std::get<2>(sgrad), l)));
+    EXPECT_EQ(std::get<0>(layered), std::get<0>(stepped));
+    EXPECT_EQ(std::get<1>(layered), std::get<1>(stepped));
+    EXPECT_EQ(std::get<2>(layered), std::get<2>(stepped));
+    const V first_layer = xt::view(std::get<0>(layered), 0);
+    EXPECT_EQ(first_layer, std::get<0>(want));
+    return std::vector<xt::xtensor<float, 2>>{std::get<0>(layered), std::get<1>(layered), std::get<2>(layered)};
+  });
 }
 
 // The graph's element-wise helpers split over the pool: a cotangent's copy

@@ -39,6 +39,11 @@
 //   sgd:    g += wd p; b = mu b + g (when mu != 0); g = nesterov ? g + mu b : b; p -= lr g
 //   adamw:  p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 //           p -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)      (PyTorch's AdamW)
+//
+// Threads: a step updates all its tensors in one parallel region over the
+// thread pool (their elements taken as one range), and layer_updates all of
+// a layer's tensors in one: one synchronisation each, not one per tensor.
+// The bits do not depend on the thread count.
 #pragma once
 
 #include <algorithm>
@@ -66,6 +71,56 @@
 
 namespace xshard {
 
+namespace detail {
+
+/// One tensor's part of an update: n elements of p and g and of up to two
+/// states.
+template <class T>
+struct update_segment {
+  T* p;
+  const T* g;
+  std::array<T*, 2> s;
+  std::size_t n;
+};
+
+/// The segments' elements, taken as one range, cut over the thread pool in
+/// one parallel region: each thread runs rule.update_range on the pieces of
+/// the segments its range covers. Several tensors cost one synchronisation,
+/// and the same bits as one call per tensor (each element's update is its
+/// own).
+template <class Rule, class T>
+void update_segments(const Rule& rule, std::span<const update_segment<T>> segs, T scale, std::int64_t t) {
+  std::size_t total = 0;
+  for (const update_segment<T>& sg : segs) total += sg.n;
+  parallel_ranges(
+      total, 16384,
+      [&](std::size_t lo, std::size_t hi) {
+        std::size_t at = 0;
+        for (const update_segment<T>& sg : segs) {
+          const std::size_t a = std::max(lo, at), b = std::min(hi, at + sg.n);
+          if (a < b) {
+            const std::size_t off = a - at;
+            std::array<T*, 2> s{};
+            for (std::size_t j = 0; j < s.size(); ++j) s[j] = sg.s[j] ? sg.s[j] + off : nullptr;
+            rule.update_range(sg.p + off, sg.g + off, scale, s.data(), b - a, t);
+          }
+          if ((at += sg.n) >= hi) break;
+        }
+      },
+      16);
+}
+
+/// One tensor's n elements over the thread pool (Rule::update).
+template <class Rule, class T>
+void update_over_pool(const Rule& rule, T* p, const T* g, T scale, T* const* s, std::size_t states, std::size_t n,
+                      std::int64_t t) {
+  update_segment<T> one{p, g, {}, n};
+  for (std::size_t j = 0; j < states && j < one.s.size(); ++j) one.s[j] = s[j];
+  update_segments(rule, std::span<const update_segment<T>>(&one, 1), scale, t);
+}
+
+}  // namespace detail
+
 /// SGD with optional momentum (PyTorch's, dampening 0), L2 weight decay and
 /// Nesterov momentum. momentum == 0 keeps no state: p -= lr g exactly.
 struct sgd {
@@ -77,43 +132,45 @@ struct sgd {
   static constexpr std::array<std::string_view, 1> state_names{"momentum"};
   std::size_t states() const { return momentum != 0 ? 1 : 0; }
 
+  /// n elements (p, g and the state slices s) updated over the thread pool.
   template <class T>
-  void update(T* p, const T* g, T scale, T* const* s, std::size_t n, std::int64_t) const {
+  void update(T* p, const T* g, T scale, T* const* s, std::size_t n, std::int64_t t) const {
+    detail::update_over_pool(*this, p, g, scale, s, states(), n, t);
+  }
+
+  /// n elements updated on the calling thread (each element's update is its
+  /// own, so any cut of a tensor into calls gives the same bits).
+  template <class T>
+  void update_range(T* p, const T* g, T scale, T* const* s, std::size_t n, std::int64_t) const {
     const T lr_ = static_cast<T>(lr), mu = static_cast<T>(momentum), wd = static_cast<T>(weight_decay);
     T* const b = momentum != 0 ? s[0] : nullptr;
-    // Element ranges over the thread pool (each element's update is its own).
-    parallel_ranges(
-        n, 16384,
-        [&](std::size_t lo, std::size_t hi) {
 #if XSHARD_X86_KERNELS
-          if constexpr (std::is_same_v<T, float>) {
-            const detail::x86::sgd_constants k{scale, lr_, mu, wd, momentum != 0, weight_decay != 0, nesterov};
-            switch (active_isa()) {
-              case simd_isa::avx512:
-                return detail::x86::avx512::sgd_update(p + lo, g + lo, b ? b + lo : nullptr, hi - lo, k);
-              case simd_isa::avx2:
-                return detail::x86::avx2::sgd_update(p + lo, g + lo, b ? b + lo : nullptr, hi - lo, k);
-              case simd_isa::generic:
-                break;
-            }
-          }
+    if constexpr (std::is_same_v<T, float>) {
+      const detail::x86::sgd_constants k{scale, lr_, mu, wd, momentum != 0, weight_decay != 0, nesterov};
+      switch (active_isa()) {
+        case simd_isa::avx512:
+          return detail::x86::avx512::sgd_update(p, g, b, n, k);
+        case simd_isa::avx2:
+          return detail::x86::avx2::sgd_update(p, g, b, n, k);
+        case simd_isa::generic:
+          break;
+      }
+    }
 #endif
-          // The arithmetic of optim/arch/x86.hpp's kernels.
-          if (momentum == 0) {
-            if (weight_decay == 0) {
-              for (std::size_t i = lo; i < hi; ++i) p[i] -= lr_ * (g[i] * scale);
-            } else {
-              for (std::size_t i = lo; i < hi; ++i) p[i] -= lr_ * (g[i] * scale + wd * p[i]);
-            }
-            return;
-          }
-          for (std::size_t i = lo; i < hi; ++i) {
-            const T gi = g[i] * scale + wd * p[i];
-            b[i] = mu * b[i] + gi;
-            p[i] -= lr_ * (nesterov ? gi + mu * b[i] : b[i]);
-          }
-        },
-        16);
+    // The arithmetic of optim/arch/x86.hpp's kernels.
+    if (momentum == 0) {
+      if (weight_decay == 0) {
+        for (std::size_t i = 0; i < n; ++i) p[i] -= lr_ * (g[i] * scale);
+      } else {
+        for (std::size_t i = 0; i < n; ++i) p[i] -= lr_ * (g[i] * scale + wd * p[i]);
+      }
+      return;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const T gi = g[i] * scale + wd * p[i];
+      b[i] = mu * b[i] + gi;
+      p[i] -= lr_ * (nesterov ? gi + mu * b[i] : b[i]);
+    }
   }
 };
 
@@ -129,10 +186,18 @@ struct adamw {
   static constexpr std::array<std::string_view, 2> state_names{"m", "v"};
   std::size_t states() const { return 2; }
 
-  /// One fused pass over n elements: p, g and both states read once,
-  /// p, m, v written once. @pre t >= 1
+  /// n elements (p, g and the state slices s) updated over the thread pool.
+  /// @pre t >= 1
   template <class T>
   void update(T* p, const T* g, T scale, T* const* s, std::size_t n, std::int64_t t) const {
+    detail::update_over_pool(*this, p, g, scale, s, states(), n, t);
+  }
+
+  /// n elements updated on the calling thread in one fused pass: p, g and
+  /// both states read once, p, m, v written once (each element's update is
+  /// its own). @pre t >= 1
+  template <class T>
+  void update_range(T* p, const T* g, T scale, T* const* s, std::size_t n, std::int64_t t) const {
     T* m = s[0];
     T* v = s[1];
     const double td = static_cast<double>(t);
@@ -142,19 +207,6 @@ struct adamw {
     const T root_bc2 = static_cast<T>(std::sqrt(1 - std::pow(beta2, td)));
     const T decay = static_cast<T>(1 - lr * weight_decay);
     const T e = static_cast<T>(eps);
-    // Element ranges over the thread pool (each element's update is its own).
-    parallel_ranges(
-        n, 16384,
-        [&](std::size_t lo, std::size_t hi) {
-          update_range(p + lo, g + lo, m + lo, v + lo, hi - lo, scale, b1, c1, b2, c2, step, root_bc2, decay, e);
-        },
-        16);
-  }
-
- private:
-  template <class T>
-  static void update_range(T* p, const T* g, T* m, T* v, std::size_t n, T scale, T b1, T c1, T b2, T c2, T step,
-                           T root_bc2, T decay, T e) {
 #if XSHARD_X86_KERNELS
     if constexpr (std::is_same_v<T, float>) {
       const detail::x86::adamw_constants k{scale, b1, c1, b2, c2, step, root_bc2, decay, e};
@@ -582,15 +634,19 @@ class optimizer {
       });
       scale = clip_scale(ss, norm);
     }
+    std::array<detail::update_segment<T>, N> segs{};  // every tensor in one parallel region
     detail::for_each_index<N>([&](auto i) {
       constexpr std::size_t k = decltype(i)::value;
       using X = std::tuple_element_t<k, P>;
       auto& p = std::get<k>(params);
-      std::array<T*, 2> s{};
-      for (std::size_t j = 0; j < states_.size(); ++j) s[j] = detail::optim_tensor<X>::data(std::get<k>(states_[j]));
-      rule_.update(detail::optim_tensor<X>::data(p), detail::optim_tensor<X>::data(std::get<k>(grads)), scale, s.data(),
-                   detail::optim_tensor<X>::size(p), t_);
+      segs[k] = {detail::optim_tensor<X>::data(p),
+                 detail::optim_tensor<X>::data(std::get<k>(grads)),
+                 {},
+                 detail::optim_tensor<X>::size(p)};
+      for (std::size_t j = 0; j < states_.size(); ++j)
+        segs[k].s[j] = detail::optim_tensor<X>::data(std::get<k>(states_[j]));
     });
+    detail::update_segments(rule_, std::span<const detail::update_segment<T>>(segs), scale, t_);
     return norm;
   }
 
@@ -600,6 +656,7 @@ class optimizer {
   void update_layer(P& params, std::size_t l, const G& grads) {
     static_assert(std::tuple_size_v<G> == N,
                   "xshard: optimizer::layer_updates: a layer's gradients are one tensor per parameter stack");
+    std::array<detail::update_segment<T>, N> segs{};  // the layer's tensors in one parallel region
     detail::for_each_index<N>([&](auto i) {
       constexpr std::size_t k = decltype(i)::value;
       using X = std::tuple_element_t<k, P>;
@@ -625,10 +682,10 @@ class optimizer {
                     std::to_string(k) + " has shape " + detail::shape_text(layer) + ", the stack " +
                     detail::shape_text(stack));
       const std::size_t n = PY::size(g), at = l * n;
-      std::array<T*, 2> s{};
-      for (std::size_t j = 0; j < states_.size(); ++j) s[j] = PX::data(std::get<k>(states_[j])) + at;
-      rule_.update(PX::data(p) + at, PY::data(g), T(1), s.data(), n, t_);
+      segs[k] = {PX::data(p) + at, PY::data(g), {}, n};
+      for (std::size_t j = 0; j < states_.size(); ++j) segs[k].s[j] = PX::data(std::get<k>(states_[j])) + at;
     });
+    detail::update_segments(rule_, std::span<const detail::update_segment<T>>(segs), T(1), t_);
   }
 
   template <class G>
