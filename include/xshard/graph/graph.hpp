@@ -582,6 +582,14 @@ struct node_plan {
   node_collectives collectives{};
 };
 
+/// A rule whose operands' gradients are single GEMMs it can write in place
+/// (vjp_into), marked by `static constexpr bool gemm_vjp = true`.
+template <class Rule>
+concept gemm_vjp_rule = requires {
+  Rule::gemm_vjp;
+}
+&&Rule::gemm_vjp;
+
 // ---------------------------------------------------------------------------
 // The program of a result node R with leaves of declared types Decl
 // (std::tuple<input, params...>).
@@ -915,7 +923,7 @@ struct program {
   static consteval bool pairs_gemms() {
     if constexpr (g[I].kind == op_kind::leaf || g[I].arity < 2) {
       return false;
-    } else if constexpr (!requires { rule<op_t<I>>::gemm_vjp; }) {
+    } else if constexpr (!gemm_vjp_rule<rule<op_t<I>>>) {
       return false;
     } else {
       for (std::size_t k = 0; k < g[I].arity; ++k)

@@ -92,6 +92,13 @@ struct vjp_context {
   const auto& operand() const {
     return *std::get<K>(a);
   }
+  /// f(operand 0, ..., operand N - 1): an einsum's operands, before a fused
+  /// bias.
+  template <std::size_t N, class F>
+  decltype(auto) first_operands(F&& f) const {
+    return [&]<std::size_t... I>(std::index_sequence<I...>)->decltype(auto) { return f(operand<I>()...); }
+    (std::make_index_sequence<N>{});
+  }
 };
 
 namespace detail {
@@ -217,27 +224,42 @@ constexpr auto apply_binary(X&& x, Y&& y) {
     return std::forward<X>(x) / std::forward<Y>(y);
 }
 
-/// out[i] = a[i] op b[i] for i < n (out may be a or b): element ranges over
-/// the thread pool, floats on the CPU's widest vectors (each element's
-/// correctly rounded operation, so the same bits as a scalar loop).
-template <binary B, class T>
-void binary_elements(T* out, const T* a, const T* b, std::size_t n) {
+/// n elements over the thread pool in element ranges [lo, hi): for floats
+/// on a CPU with AVX2 or AVX-512, x86(isa, lo, hi) (the widest vectors; a
+/// generic lambda, instantiated for floats only); scalar(lo, hi) otherwise.
+/// The skeleton of binary_elements and scale_elements.
+template <class T, class X86, class Scalar>
+void elements_over_pool(std::size_t n, [[maybe_unused]] const X86& x86, const Scalar& scalar) {
   [[maybe_unused]] const simd_isa isa = active_isa();
   parallel_ranges(
       n, ::xshard::detail::parallel_grain,
       [&](std::size_t lo, std::size_t hi) {
 #if XSHARD_X86_KERNELS
         if constexpr (std::is_same_v<T, float>) {
-          if (isa != simd_isa::generic) {
-            constexpr int op = B == binary::add ? 0 : B == binary::sub ? 1 : B == binary::mul ? 2 : 3;
-            ::xshard::detail::x86::binary_row(isa, op, a + lo, b + lo, out + lo, hi - lo);
-            return;
-          }
+          if (isa != simd_isa::generic) return x86(isa, lo, hi);
         }
 #endif
-        for (std::size_t i = lo; i < hi; ++i) out[i] = apply_binary<B>(a[i], b[i]);
+        scalar(lo, hi);
       },
       ::xshard::detail::parallel_unit);
+}
+
+/// out[i] = a[i] op b[i] for i < n (out may be a or b): element ranges over
+/// the thread pool, floats on the CPU's widest vectors (each element's
+/// correctly rounded operation, so the same bits as a scalar loop).
+template <binary B, class T>
+void binary_elements(T* out, const T* a, const T* b, std::size_t n) {
+  elements_over_pool<T>(
+      n,
+      [&]([[maybe_unused]] auto isa, [[maybe_unused]] std::size_t lo, [[maybe_unused]] std::size_t hi) {
+#if XSHARD_X86_KERNELS
+        constexpr int op = B == binary::add ? 0 : B == binary::sub ? 1 : B == binary::mul ? 2 : 3;
+        ::xshard::detail::x86::binary_row(isa, op, a + lo, b + lo, out + lo, hi - lo);
+#endif
+      },
+      [&](std::size_t lo, std::size_t hi) {
+        for (std::size_t i = lo; i < hi; ++i) out[i] = apply_binary<B>(a[i], b[i]);
+      });
 }
 
 /// out[i] += c[i] for i < n (a gradient's second contribution).
@@ -250,25 +272,20 @@ void add_in_place(T* out, const T* c, std::size_t n) {
 /// a row of c.
 template <class T>
 void scale_elements(T* out, const T* a, T c, std::size_t n) {
-  [[maybe_unused]] const simd_isa isa = active_isa();
-  parallel_ranges(
-      n, ::xshard::detail::parallel_grain,
-      [&](std::size_t lo, std::size_t hi) {
+  elements_over_pool<T>(
+      n,
+      [&]([[maybe_unused]] auto isa, [[maybe_unused]] std::size_t lo, [[maybe_unused]] std::size_t hi) {
 #if XSHARD_X86_KERNELS
-        if constexpr (std::is_same_v<T, float>) {
-          if (isa != simd_isa::generic) {
-            constexpr std::size_t chunk = 256;
-            alignas(64) T row[chunk];
-            std::fill_n(row, chunk, c);
-            for (std::size_t i = lo; i < hi; i += chunk)
-              ::xshard::detail::x86::binary_row(isa, 2, a + i, row, out + i, std::min(chunk, hi - i));
-            return;
-          }
-        }
+        constexpr std::size_t chunk = 256;
+        alignas(64) T row[chunk];
+        std::fill_n(row, chunk, c);
+        for (std::size_t i = lo; i < hi; i += chunk)
+          ::xshard::detail::x86::binary_row(isa, 2, a + i, row, out + i, std::min(chunk, hi - i));
 #endif
-        for (std::size_t i = lo; i < hi; ++i) out[i] = a[i] * c;
       },
-      ::xshard::detail::parallel_unit);
+      [&](std::size_t lo, std::size_t hi) {
+        for (std::size_t i = lo; i < hi; ++i) out[i] = a[i] * c;
+      });
 }
 
 /// out[i, j] = a[i, j] op b[j] for rows x n contiguous values (out may be a);
@@ -521,6 +538,17 @@ struct local_op {
   }
 };
 
+namespace detail {
+/// The gradient of operand K of the einsum Eq over c's first N operands,
+/// written into out when it is one GEMM (einsum_vjp_into): the vjp_into of
+/// rule<einsum_op> and of rule<einsum_bias_op> (whose last operand is the
+/// bias).
+template <fixed_string Eq, std::size_t K, std::size_t N, class Out, class G, class Y, class... A>
+bool einsum_operand_vjp_into(Out& out, const G& g, const vjp_context<Y, A...>& c) {
+  return c.template first_operands<N>([&](const auto&... a) { return ::xshard::einsum_vjp_into<Eq, K>(out, g, a...); });
+}
+}  // namespace detail
+
 template <fixed_string Eq>
 struct rule<einsum_op<Eq>> {
   template <class... A>
@@ -529,21 +557,17 @@ struct rule<einsum_op<Eq>> {
   }
   template <std::size_t K, class G, class Y, class... A>
   static auto vjp(G&& g, const vjp_context<Y, A...>& c) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return ::xshard::einsum_vjp<Eq, K>(g, c.template operand<I>()...);
-    }
-    (std::index_sequence_for<A...>{});
+    return c.template first_operands<sizeof...(A)>(
+        [&](const auto&... a) { return ::xshard::einsum_vjp<Eq, K>(g, a...); });
   }
   /// vjp<K> written into `out` (operand K's shape) when it is one GEMM
   /// (einsum_vjp_into); false, writing nothing, otherwise. The graph runs
-  /// two operands' gradient GEMMs side by side with it (graph.hpp).
+  /// two operands' gradient GEMMs side by side with it (graph.hpp's
+  /// pairs_gemms, for rules whose gemm_vjp is true).
   static constexpr bool gemm_vjp = true;
   template <std::size_t K, class Out, class G, class Y, class... A>
   static bool vjp_into(Out& out, const G& g, const vjp_context<Y, A...>& c) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return ::xshard::einsum_vjp_into<Eq, K>(out, g, c.template operand<I>()...);
-    }
-    (std::index_sequence_for<A...>{});
+    return detail::einsum_operand_vjp_into<Eq, K, sizeof...(A)>(out, g, c);
   }
   template <class Y, class... A>
   static consteval node_collectives forward_collectives() {
@@ -851,26 +875,24 @@ struct rule<einsum_bias_op<Eq>> : local_op {
     if constexpr (K == n) {
       return detail::sum_to<1>(std::forward<G>(g), c.a_shapes[K]);
     } else {
-      return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return c.template first_operands<n>([&](const auto&... a) {
         constexpr std::size_t R = detail::rank_v<G>;
         if (bias_broadcast(g, c)) {
           const xt::xtensor<detail::element_t<G>, R> summed =
               xt::sum(g, {R - 1}, xt::keep_dims | xt::evaluation_strategy::immediate);
-          return ::xshard::einsum_vjp<Eq, K>(summed, c.template operand<I>()...);
+          return ::xshard::einsum_vjp<Eq, K>(summed, a...);
         }
-        return ::xshard::einsum_vjp<Eq, K>(g, c.template operand<I>()...);
-      }
-      (std::make_index_sequence<n>{});
+        return ::xshard::einsum_vjp<Eq, K>(g, a...);
+      });
     }
   }
   /// Whether b broadcast the einsum's result: g's last extent is not the
   /// einsum's (which is then 1).
   template <class G, class Y, class... A>
   static bool bias_broadcast(const G& g, const vjp_context<Y, A...>& c) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return g.shape()[detail::rank_v<G> - 1] != ::xshard::detail::einsum_last_extent<Eq>(c.template operand<I>()...);
-    }
-    (std::make_index_sequence<sizeof...(A) - 1>{});
+    return c.template first_operands<sizeof...(A) - 1>([&](const auto&... a) {
+      return g.shape()[detail::rank_v<G> - 1] != ::xshard::detail::einsum_last_extent<Eq>(a...);
+    });
   }
   /// As rule<einsum_op>::vjp_into for the einsum's operands (K < the
   /// bias's position), when b did not broadcast the einsum's result.
@@ -879,11 +901,7 @@ struct rule<einsum_bias_op<Eq>> : local_op {
   static bool vjp_into(Out& out, const G& g, const vjp_context<Y, A...>& c) {
     constexpr std::size_t n = sizeof...(A) - 1;
     static_assert(K < n, "xshard::graph: vjp_into is the einsum operands' (the bias's gradient is a sum)");
-    if (bias_broadcast(g, c)) return false;
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return ::xshard::einsum_vjp_into<Eq, K>(out, g, c.template operand<I>()...);
-    }
-    (std::make_index_sequence<n>{});
+    return !bias_broadcast(g, c) && detail::einsum_operand_vjp_into<Eq, K, n>(out, g, c);
   }
 };
 
