@@ -583,12 +583,10 @@ struct node_plan {
 };
 
 /// A rule whose operands' gradients are single GEMMs it can write in place
-/// (vjp_into), marked by `static constexpr bool gemm_vjp = true`.
+/// (vjp_into), marked by `static constexpr bool gemm_vjp = true` (a rule
+/// without the member does not satisfy it).
 template <class Rule>
-concept gemm_vjp_rule = requires {
-  Rule::gemm_vjp;
-}
-&&Rule::gemm_vjp;
+concept gemm_vjp_rule = bool(Rule::gemm_vjp);
 
 // ---------------------------------------------------------------------------
 // The program of a result node R with leaves of declared types Decl
