@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 #include <xshard/optim/accumulate.hpp>
@@ -398,6 +399,49 @@ TEST(Optim, ClippingMatchesNaiveNorm) {
     ref.step(want, grad_sum(s), std::min(1.0, 1.0 / naive_norm(grad_sum(s))));
   }
   EXPECT_LT(max_rel_diff(p, want), 1e-13);
+}
+
+// A user's own update rule (the update_rule concept: states(),
+// state_names, update_range): a heavy ball without decay, s += g, p -= s / 2,
+// over the five tensors, against the same loop written out, for two steps;
+// the state comes back through state(0). A rule claiming three states is an
+// error.
+struct heavy_ball {
+  static constexpr std::array<std::string_view, 1> state_names{"velocity"};
+  std::size_t states() const { return 1; }
+  template <class V>
+  void update_range(V* p, const V* g, V scale, V* const* s, std::size_t n, std::int64_t) const {
+    for (std::size_t i = 0; i < n; ++i) {
+      s[0][i] += g[i] * scale;
+      p[i] -= s[0][i] / 2;
+    }
+  }
+};
+struct three_states : heavy_ball {
+  std::size_t states() const { return 3; }
+};
+
+TEST(Optim, AUsersRuleRunsThroughTheOptimizer) {
+  Dense p = dense_pattern(6), want = p, velocity = p;
+  xshard::detail::for_each_index<5>([&](auto i) { std::get<i.value>(velocity).fill(0); });
+  xshard::optimizer<heavy_ball, Dense> opt({}, p);
+  ASSERT_EQ(opt.state_count(), 1u);
+  for (int step = 0; step < 2; ++step) {
+    const Dense g = grad_sum(step);
+    opt.step(p, g);
+    xshard::detail::for_each_index<5>([&](auto i) {
+      auto& w = std::get<i.value>(want);
+      auto& v = std::get<i.value>(velocity);
+      const auto& gi = std::get<i.value>(g);
+      for (std::size_t k = 0; k < w.size(); ++k) {
+        v.data()[k] += gi.data()[k] * 1.0;
+        w.data()[k] -= v.data()[k] / 2;
+      }
+    });
+  }
+  EXPECT_TRUE(bit_equal(p, want));
+  EXPECT_TRUE(bit_equal(opt.state(0), velocity));
+  EXPECT_THROW((xshard::optimizer<three_states, Dense>({}, p)), xshard::error);
 }
 
 TEST(Optim, BadInputIsAnError) {

@@ -49,6 +49,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -359,11 +360,29 @@ double clip_by_global_norm(G& g, double max_norm) {
   return norm;
 }
 
-/// An optimizer: update Rule (sgd, adamw) over the parameter tuple P, the
-/// states sharded like P (param_sharded_states) or by ZeRO-1 (zero1<"axes">).
+/// What an update rule provides, as sgd and adamw do: states() (how many
+/// state tensors it keeps, at most two), state_names (their names, for
+/// checkpoints) and update_range(p, g, scale, s, n, t) const, the update of
+/// n elements on the calling thread (p, g and the states' slices s; t the
+/// step, from 1), each element's update its own. The optimizer cuts the
+/// elements of all tensors over the thread pool and calls update_range on
+/// the pieces.
+template <class Rule, class T>
+concept update_rule = requires(const Rule& r, T* p, const T* g, T scale, T* const* s, std::size_t n, std::int64_t t) {
+  { r.states() } -> std::convertible_to<std::size_t>;
+  Rule::state_names;
+  r.update_range(p, g, scale, s, n, t);
+};
+
+/// An optimizer: update Rule (sgd, adamw, or a type that models
+/// update_rule) over the parameter tuple P, the states sharded like P
+/// (param_sharded_states) or by ZeRO-1 (zero1<"axes">).
 template <class Rule, optim_tuple P, class States = param_sharded_states>
 class optimizer {
   static_assert(detail::check_param_tuple<P>());
+  static_assert(update_rule<Rule, optim_value_t<P>>,
+                "xshard: optimizer: the update rule needs states(), state_names and update_range(p, g, scale, "
+                "states, n, t) const (n elements on the calling thread), as xshard::sgd and xshard::adamw have");
   static_assert(detail::common_partial<P>() == 0, "xshard: parameters cannot be partial sums");
 
  public:
@@ -425,6 +444,9 @@ class optimizer {
   optimizer(Rule rule, const P& params, optimizer_options options = {}) : rule_(rule), options_(options) {
     if (options_.max_grad_norm < 0)
       throw error("xshard: optimizer: max_grad_norm must be >= 0, not " + std::to_string(options_.max_grad_norm));
+    if (rule_.states() > 2)
+      throw error("xshard: optimizer: an update rule keeps at most 2 states, this one says " +
+                  std::to_string(rule_.states()));
     if constexpr (zero) {
       const auto& dev = detail::tuple_device(params);
       const auto shape = std::get<0>(params).mesh_shape;
