@@ -74,13 +74,16 @@ namespace xshard {
 
 namespace detail {
 
-/// One tensor's part of an update: n elements of p and g and of up to two
-/// states.
+/// The most state tensors an update rule may keep (AdamW's two).
+inline constexpr std::size_t max_rule_states = 2;
+
+/// One tensor's part of an update: n elements of p and g and of up to
+/// max_rule_states states.
 template <class T>
 struct update_segment {
   T* p;
   const T* g;
-  std::array<T*, 2> s;
+  std::array<T*, max_rule_states> s;
   std::size_t n;
 };
 
@@ -101,7 +104,7 @@ void update_segments(const Rule& rule, std::span<const update_segment<T>> segs, 
           const std::size_t a = std::max(lo, at), b = std::min(hi, at + sg.n);
           if (a < b) {
             const std::size_t off = a - at;
-            std::array<T*, 2> s{};
+            std::array<T*, max_rule_states> s{};
             for (std::size_t j = 0; j < s.size(); ++j) s[j] = sg.s[j] ? sg.s[j] + off : nullptr;
             rule.update_range(sg.p + off, sg.g + off, scale, s.data(), b - a, t);
           }
@@ -113,10 +116,9 @@ void update_segments(const Rule& rule, std::span<const update_segment<T>> segs, 
 
 /// One tensor's n elements over the thread pool (Rule::update).
 template <class Rule, class T>
-void update_over_pool(const Rule& rule, T* p, const T* g, T scale, T* const* s, std::size_t states, std::size_t n,
-                      std::int64_t t) {
+void update_over_pool(const Rule& rule, T* p, const T* g, T scale, T* const* s, std::size_t n, std::int64_t t) {
   update_segment<T> one{p, g, {}, n};
-  for (std::size_t j = 0; j < states && j < one.s.size(); ++j) one.s[j] = s[j];
+  for (std::size_t j = 0; j < rule.states() && j < one.s.size(); ++j) one.s[j] = s[j];
   update_segments(rule, std::span<const update_segment<T>>(&one, 1), scale, t);
 }
 
@@ -136,7 +138,7 @@ struct sgd {
   /// n elements (p, g and the state slices s) updated over the thread pool.
   template <class T>
   void update(T* p, const T* g, T scale, T* const* s, std::size_t n, std::int64_t t) const {
-    detail::update_over_pool(*this, p, g, scale, s, states(), n, t);
+    detail::update_over_pool(*this, p, g, scale, s, n, t);
   }
 
   /// n elements updated on the calling thread (each element's update is its
@@ -191,7 +193,7 @@ struct adamw {
   /// @pre t >= 1
   template <class T>
   void update(T* p, const T* g, T scale, T* const* s, std::size_t n, std::int64_t t) const {
-    detail::update_over_pool(*this, p, g, scale, s, states(), n, t);
+    detail::update_over_pool(*this, p, g, scale, s, n, t);
   }
 
   /// n elements updated on the calling thread in one fused pass: p, g and
@@ -361,12 +363,12 @@ double clip_by_global_norm(G& g, double max_norm) {
 }
 
 /// What an update rule provides, as sgd and adamw do: states() (how many
-/// state tensors it keeps, at most two), state_names (their names, for
-/// checkpoints) and update_range(p, g, scale, s, n, t) const, the update of
-/// n elements on the calling thread (p, g and the states' slices s; t the
-/// step, from 1), each element's update its own. The optimizer cuts the
-/// elements of all tensors over the thread pool and calls update_range on
-/// the pieces.
+/// state tensors it keeps, at most detail::max_rule_states: two),
+/// state_names (their names, for checkpoints) and update_range(p, g, scale,
+/// s, n, t) const, the update of n elements on the calling thread (p, g and
+/// the states' slices s; t the step, from 1), each element's update its
+/// own. The optimizer cuts the elements of all tensors over the thread pool
+/// and calls update_range on the pieces.
 template <class Rule, class T>
 concept update_rule = requires(const Rule& r, T* p, const T* g, T scale, T* const* s, std::size_t n, std::int64_t t) {
   { r.states() } -> std::convertible_to<std::size_t>;
@@ -444,9 +446,9 @@ class optimizer {
   optimizer(Rule rule, const P& params, optimizer_options options = {}) : rule_(rule), options_(options) {
     if (options_.max_grad_norm < 0)
       throw error("xshard: optimizer: max_grad_norm must be >= 0, not " + std::to_string(options_.max_grad_norm));
-    if (rule_.states() > 2)
-      throw error("xshard: optimizer: an update rule keeps at most 2 states, this one says " +
-                  std::to_string(rule_.states()));
+    if (rule_.states() > detail::max_rule_states)
+      throw error("xshard: optimizer: an update rule keeps at most " + std::to_string(detail::max_rule_states) +
+                  " states, this one says " + std::to_string(rule_.states()));
     if constexpr (zero) {
       const auto& dev = detail::tuple_device(params);
       const auto shape = std::get<0>(params).mesh_shape;
@@ -745,7 +747,7 @@ class optimizer {
     detail::for_each_segment(params, offsets_, lo_, hi_, [&](auto, const T* src, std::size_t at, std::size_t len) {
       std::copy_n(src, len, p + at);
     });
-    std::array<T*, 2> s{};
+    std::array<T*, detail::max_rule_states> s{};
     for (std::size_t j = 0; j < flat_states_.size(); ++j) s[j] = flat_states_[j].data();
     rule_.update(p, g.data(), scale, s.data(), mine, t_);
     dev_.all_gather(dev_.device, std::span<const T>(p, chunk_), std::span<T>(full), zaxes);
