@@ -113,22 +113,26 @@ TEST(ParallelRanges, CoverEveryItemOnceOnUnitBoundaries) {
   const std::size_t before = xshard::num_threads();
   for (std::size_t threads : {1, 2, 3}) {
     xshard::set_num_threads(threads);
-    for (std::size_t n : {0u, 1u, 15u, 16u, 100u, 1000u, 4099u}) {
-      std::vector<std::atomic<int>> hits(n);
-      std::atomic<int> ranges{0};
-      xshard::parallel_ranges(
-          n, 10,
-          [&](std::size_t lo, std::size_t hi) {
-            ranges.fetch_add(1);
-            EXPECT_LT(lo, hi);
-            EXPECT_EQ(lo % 16, 0u) << "n " << n;
-            EXPECT_TRUE(hi % 16 == 0 || hi == n) << "n " << n;
-            for (std::size_t i = lo; i < hi; ++i) hits[i].fetch_add(1);
-          },
-          16);
-      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n " << n << ", item " << i;
-      // one range per thread at most, and a single range below the grain
-      EXPECT_LE(ranges.load(), static_cast<int>(std::max<std::size_t>(1, std::min(threads, n / 10))));
+    for (std::size_t pieces : {1, 4}) {
+      for (std::size_t n : {0u, 1u, 15u, 16u, 100u, 1000u, 4099u}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<int> ranges{0};
+        xshard::parallel_ranges(
+            n, 10,
+            [&](std::size_t lo, std::size_t hi) {
+              ranges.fetch_add(1);
+              EXPECT_LT(lo, hi);
+              EXPECT_EQ(lo % 16, 0u) << "n " << n;
+              EXPECT_TRUE(hi % 16 == 0 || hi == n) << "n " << n;
+              for (std::size_t i = lo; i < hi; ++i) hits[i].fetch_add(1);
+            },
+            16, pieces);
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[i].load(), 1) << "n " << n << ", item " << i << ", pieces " << pieces;
+        // `pieces` ranges per thread at most, and a single range below the grain
+        const std::size_t split = std::min(threads, n / 10);
+        EXPECT_LE(ranges.load(), static_cast<int>(split > 1 ? split * pieces : 1)) << "n " << n;
+      }
     }
   }
   xshard::set_num_threads(before);

@@ -301,9 +301,12 @@ inline std::size_t usable_threads() {
 /// the caller; nothing when n is 0). Range boundaries are multiples of `unit` (e.g. a SIMD
 /// width) and depend only on n and the thread count; as long as f writes
 /// each item's output from that item alone, the result is the same for
-/// every thread count.
+/// every thread count. With pieces_per_thread > 1 each thread's range is
+/// cut into that many pieces, handed out as threads come free: a thread
+/// whose memory is slower to reach (data the other core wrote last) takes
+/// fewer, and nobody waits for it at the end.
 template <class F>
-void parallel_ranges(std::size_t n, std::size_t grain, F&& f, std::size_t unit = 1) {
+void parallel_ranges(std::size_t n, std::size_t grain, F&& f, std::size_t unit = 1, std::size_t pieces_per_thread = 1) {
   if (n == 0) return;
   std::size_t threads = grain ? n / grain : n;
   if (threads > 1) threads = std::min(threads, usable_threads());
@@ -311,8 +314,9 @@ void parallel_ranges(std::size_t n, std::size_t grain, F&& f, std::size_t unit =
     f(std::size_t{0}, n);
     return;
   }
-  default_thread_pool().parallel_for(threads, [&](std::size_t t) {
-    const auto [lo, hi] = detail::split_range(n, threads, t, unit);
+  const std::size_t pieces = threads * std::max<std::size_t>(pieces_per_thread, 1);
+  default_thread_pool().parallel_for(pieces, [&](std::size_t t) {
+    const auto [lo, hi] = detail::split_range(n, pieces, t, unit);
     if (lo < hi) f(lo, hi);
   });
 }

@@ -74,6 +74,9 @@ namespace xshard {
 
 namespace detail {
 
+/// The ranges per thread an update cuts its elements into (update_segments).
+inline constexpr std::size_t update_pieces_per_thread = 4;
+
 /// The most state tensors an update rule may keep (AdamW's two).
 inline constexpr std::size_t max_rule_states = 2;
 
@@ -89,9 +92,12 @@ struct update_segment {
 
 /// The segments' elements, taken as one range, cut over the thread pool in
 /// one parallel region: each thread runs rule.update_range on the pieces of
-/// the segments its range covers. Several tensors cost one synchronisation,
+/// the segments its ranges cover. Several tensors cost one synchronisation,
 /// and the same bits as one call per tensor (each element's update is its
-/// own).
+/// own). Four ranges per thread, taken as threads come free: after a
+/// backward whose two GEMMs of a layer ran one per core, half of each
+/// update's inputs sit in the other core's cache, and with one range each
+/// the caller's took 29 us against the worker's 19 (train_mlp, two threads).
 template <class Rule, class T>
 void update_segments(const Rule& rule, std::span<const update_segment<T>> segs, T scale, std::int64_t t) {
   std::size_t total = 0;
@@ -111,7 +117,7 @@ void update_segments(const Rule& rule, std::span<const update_segment<T>> segs, 
           if ((at += sg.n) >= hi) break;
         }
       },
-      16);
+      16, update_pieces_per_thread);
 }
 
 /// One tensor's n elements over the thread pool (Rule::update).
