@@ -16,14 +16,13 @@ figure the issue judges (goal <= 1.10), with the medians of each side.
 --isa avx2 caps xshard's kernels at AVX2 (XSHARD_ISA), for the AVX2 figure
 on an AVX-512 machine.
 """
-import argparse
 import os
 import re
 import statistics
 import subprocess
 import sys
 
-from step_peer import cpu_text
+from step_peer import cpu_text, train_mlp_parser
 
 
 def one_round(exe, steps, isa):
@@ -40,12 +39,8 @@ def one_round(exe, steps, isa):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--train-mlp", default=os.path.join(here, "..", "build", "release", "examples", "train_mlp",
-                                                        "train_mlp"))
+    ap = train_mlp_parser(__doc__)
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--isa", choices=["best", "avx2"], default="best")
     args = ap.parse_args()
     model, isa = cpu_text()

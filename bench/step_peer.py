@@ -1,5 +1,6 @@
-"""bench/step_peer.py - what the two training-step peers share
-(train_peer.py: the MLP; train_transformer_peer.py: the decoder).
+"""bench/step_peer.py - what the training-step scripts share
+(train_peer.py and mesh_overhead.py: the MLP; train_transformer_peer.py: the
+decoder).
 
 The machine's description, the BLAS PyTorch mapped and the kernel OpenBLAS
 picked, glibc's heap settings matching xshard::retain_freed_memory(), and
@@ -8,12 +9,24 @@ the OpenBLAS kernels to time PyTorch with for an --isa choice: OpenBLAS
 kernels), so PyTorch is timed both with its own choice and with the kernel
 the CPU's ISA calls for, and the best row is the bar.
 """
+import argparse
 import os
 
 # glibc's environment form of xshard::retain_freed_memory() (the examples
 # call it): PyTorch is timed with it too, so neither side keeps an allocator
 # advantage the other lacks.
 RETAIN_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(2**62)}
+
+
+def train_mlp_parser(doc):
+    """An argument parser for a script that times train_mlp: --train-mlp
+    (the release preset's binary by default) and --steps (300)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--train-mlp", default=os.path.join(here, "..", "build", "release", "examples", "train_mlp",
+                                                        "train_mlp"))
+    ap.add_argument("--steps", type=int, default=300)
+    return ap
 
 
 def cpu_text():

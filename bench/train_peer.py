@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 
-from step_peer import RETAIN_ENV, blas_in_use, cpu_text, isa_settings, openblas_core
+from step_peer import RETAIN_ENV, blas_in_use, cpu_text, isa_settings, openblas_core, train_mlp_parser
 
 LAYERS, WIDTH, HIDDEN, BATCH, SAMPLES, LR = 8, 128, 512, 64, 1024, 0.1
 
@@ -107,11 +107,7 @@ def torch_seconds(steps, threads):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--train-mlp", default=os.path.join(here, "..", "build", "release", "examples", "train_mlp",
-                                                        "train_mlp"))
-    ap.add_argument("--steps", type=int, default=300)
+    ap = train_mlp_parser(__doc__)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--isa", choices=["best", "avx2"], default="best",
                     help="avx2: xshard's kernels capped at AVX2 (XSHARD_ISA), PyTorch's OpenBLAS on its Haswell "
