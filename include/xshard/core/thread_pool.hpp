@@ -303,8 +303,8 @@ inline std::size_t usable_threads() {
 /// each item's output from that item alone, the result is the same for
 /// every thread count. With pieces_per_thread > 1 each thread's range is
 /// cut into that many pieces, handed out as threads come free: a thread
-/// whose memory is slower to reach (data the other core wrote last) takes
-/// fewer, and nobody waits for it at the end.
+/// that runs slower (its data last written by another core, say) takes
+/// fewer, instead of the others waiting for its one range.
 template <class F>
 void parallel_ranges(std::size_t n, std::size_t grain, F&& f, std::size_t unit = 1, std::size_t pieces_per_thread = 1) {
   if (n == 0) return;
