@@ -94,10 +94,10 @@ struct update_segment {
 /// one parallel region: each thread runs rule.update_range on the pieces of
 /// the segments its ranges cover. Several tensors cost one synchronisation,
 /// and the same bits as one call per tensor (each element's update is its
-/// own). Four ranges per thread, taken as threads come free: with one range
-/// each, the caller's range of a train_mlp layer's SGD took 29-34 us
-/// against the worker's 19-22 at two threads, and the region lasted as long
-/// as the caller's range.
+/// own). update_pieces_per_thread ranges per thread, taken as threads come
+/// free: with one range each, the caller's range of a train_mlp layer's SGD
+/// took 29-34 us against the worker's 19-22 at two threads, and the region
+/// lasted as long as the caller's range.
 template <class Rule, class T>
 void update_segments(const Rule& rule, std::span<const update_segment<T>> segs, T scale, std::int64_t t) {
   std::size_t total = 0;
