@@ -662,7 +662,7 @@ auto einsum(const E0& first, const E&... rest) {
     detail::fixed_einsum<Eq>(out.data(), first, rest...);
     return out;
   } else {
-    constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
+    static constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
     result out;
     detail::einsum_run<T>(
         eq, Eq.view(),
@@ -710,7 +710,7 @@ void einsum_into(Out& out, const E0& first, const E&... rest) {
       throw error("xshard: einsum output overlaps an operand");
     detail::fixed_einsum<Eq>(c, first, rest...);
   } else {
-    constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
+    static constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
     detail::einsum_run<T>(
         eq, Eq.view(),
         [&](std::span<const std::size_t> shape) {
@@ -736,7 +736,7 @@ auto einsum_plus_bias(const B& bias, const E0& first, const E&... rest) {
   std::optional<xt::xarray<T>> keep;
   const strided_operand<T> b = as_operand<T>(bias, keep);
   const bias_operand<T> bop{b.data, b.strides.empty() ? 1 : b.strides[0]};
-  constexpr einsum_equation eq = parsed_equation<Eq>.value;
+  static constexpr einsum_equation eq = parsed_equation<Eq>.value;
   std::pair<decltype(make_result<T, rank>({})), bool> r;
   einsum_run<T>(
       eq, Eq.view(),

@@ -223,9 +223,11 @@ template <fixed_string Eq, class Out, class X0, class... X>
 auto sharded_einsum_run(const X0& x0, const X&... xs) {
   using M = typename X0::mesh_type;
   using T = typename X0::value_type;
-  constexpr einsum_binding b = sharded_binding<Eq, X0::rank, X::rank...>();
-  constexpr sharded_einsum_plan plan = sharded_plan_for<Eq, Out, X0, X...>();
-  constexpr mesh_shape_t mesh = M::mesh_shape();
+  // static: a constexpr local whose address is taken is built on the stack
+  // at every call (the plan is about 15 KB of stores).
+  static constexpr einsum_binding b = sharded_binding<Eq, X0::rank, X::rank...>();
+  static constexpr sharded_einsum_plan plan = sharded_plan_for<Eq, Out, X0, X...>();
+  static constexpr mesh_shape_t mesh = M::mesh_shape();
   constexpr std::size_t n_out = b.output_labels.size();
   const device_ref<T>& dev = x0.device();
   // Label extents (size-1 broadcasting: the larger one), and no sharding of

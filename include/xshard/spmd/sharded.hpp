@@ -540,7 +540,7 @@ template <Spec S2, Sharded X>
 auto redistribute(X&& x) {
   using D = std::remove_cvref_t<X>;
   using T = typename D::value_type;
-  constexpr redist_plan plan = redistribute_plan<D, S2>();
+  static constexpr redist_plan plan = redistribute_plan<D, S2>();
   const std::array<std::int64_t, D::rank> shape = x.global_shape();
   xt::xtensor<T, D::rank> block = [&] {
     if constexpr (std::is_lvalue_reference_v<X> || std::is_const_v<std::remove_reference_t<X>> ||
@@ -600,7 +600,7 @@ auto gather(const X& x) {
     for (std::size_t d = 0; d < R; ++d) r.dims.push_back({});
     return r;
   }();
-  constexpr redist_plan plan = plan_redistribute(D::layout, replicated, D::mesh_shape);
+  static constexpr redist_plan plan = plan_redistribute(D::layout, replicated, D::mesh_shape);
   return detail::run_plan<T, R>(x.device(), plan, D::mesh_shape, x.global_shape(), x.local());
 }
 
