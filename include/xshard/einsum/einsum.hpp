@@ -57,18 +57,20 @@ namespace xshard {
 namespace detail {
 
 /// An operand as the engine sees it: data, shape, strides (elements), labels.
+/// Run-time only (bounded_vector: no stores to the unused items, which
+/// were 8 KB per einsum call).
 template <class T>
 struct strided_operand {
   const T* data = nullptr;
-  static_vector<std::int64_t, max_einsum_rank> shape{};
-  static_vector<std::ptrdiff_t, max_einsum_rank> strides{};
-  static_vector<int, max_einsum_rank> labels{};
+  bounded_vector<std::int64_t, max_einsum_rank> shape;
+  bounded_vector<std::ptrdiff_t, max_einsum_rank> strides;
+  bounded_vector<int, max_einsum_rank> labels;
 };
 
 /// The operands of one einsum call, and the labels of one group of a
 /// contraction (batch, M, N or K): bounded lists, so a call allocates none.
 template <class T>
-using operand_list = static_vector<strided_operand<T>, max_einsum_operands>;
+using operand_list = bounded_vector<strided_operand<T>, max_einsum_operands>;
 using label_list = static_vector<int, max_einsum_labels>;
 /// An output's shape and strides (its rank is the output labels').
 using extent_list = static_vector<std::size_t, max_einsum_rank>;
@@ -333,9 +335,10 @@ inline stride_list row_major_strides(std::span<const std::int64_t> shape) {
   return s;
 }
 
-/// Runs a bound equation on strided operands into C.
+/// Runs a bound equation on strided operands into C (3+ operands: ops is
+/// used up, each contracted pair replaced by its intermediate).
 template <class T>
-void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, operand_list<T> ops, T* c,
+void execute_einsum(const einsum_binding& bind, const einsum_extents& ext, operand_list<T>& ops, T* c,
                     std::span<const std::ptrdiff_t> c_strides, bool accumulate,
                     const contraction_order* static_plan = nullptr, const bias_operand<T>* bias = nullptr) {
   std::span<const int> c_labels(bind.output_labels.begin(), bind.output_labels.end());
@@ -842,8 +845,8 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
                 std::span<const std::ptrdiff_t>(out_strides.begin(), out_strides.end()), ext, bias);
     return;
   }
-  execute_einsum<T>(bind, ext, std::move(ops), out,
-                    std::span<const std::ptrdiff_t>(out_strides.begin(), out_strides.end()), accumulate, plan, bias);
+  execute_einsum<T>(bind, ext, ops, out, std::span<const std::ptrdiff_t>(out_strides.begin(), out_strides.end()),
+                    accumulate, plan, bias);
 }
 
 }  // namespace detail
