@@ -665,7 +665,9 @@ auto einsum(const E0& first, const E&... rest) {
     detail::fixed_einsum<Eq>(out.data(), first, rest...);
     return out;
   } else {
-    static constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
+    // A reference to the variable template's object: a constexpr local
+    // copy would be built on the stack at every call (its address is taken).
+    constexpr const einsum_equation& eq = detail::parsed_equation<Eq>.value;
     result out;
     detail::einsum_run<T>(
         eq, Eq.view(),
@@ -713,7 +715,7 @@ void einsum_into(Out& out, const E0& first, const E&... rest) {
       throw error("xshard: einsum output overlaps an operand");
     detail::fixed_einsum<Eq>(c, first, rest...);
   } else {
-    static constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
+    constexpr const einsum_equation& eq = detail::parsed_equation<Eq>.value;
     detail::einsum_run<T>(
         eq, Eq.view(),
         [&](std::span<const std::size_t> shape) {
@@ -739,7 +741,7 @@ auto einsum_plus_bias(const B& bias, const E0& first, const E&... rest) {
   std::optional<xt::xarray<T>> keep;
   const strided_operand<T> b = as_operand<T>(bias, keep);
   const bias_operand<T> bop{b.data, b.strides.empty() ? 1 : b.strides[0]};
-  static constexpr einsum_equation eq = parsed_equation<Eq>.value;
+  constexpr const einsum_equation& eq = parsed_equation<Eq>.value;
   std::pair<decltype(make_result<T, rank>({})), bool> r;
   einsum_run<T>(
       eq, Eq.view(),

@@ -227,7 +227,7 @@ template <fixed_string Eq, std::size_t I, std::size_t N>
 std::pair<label_list, label_list> grad_labels(const einsum_binding& fb, std::int64_t gy_rank,
                                               const std::array<std::int64_t, N>& ranks) {
   static constexpr auto grad_text = einsum_grad<Eq, I>();
-  static constexpr einsum_equation geq = grad_equation<Eq, I>.value;
+  constexpr const einsum_equation& geq = grad_equation<Eq, I>.value;
   std::array<std::int64_t, N> granks{gy_rank};
   for (std::size_t j = 0, k = 1; j < N; ++j)
     if (j != I) granks[k++] = ranks[j];
@@ -252,7 +252,7 @@ consteval std::int64_t grad_output_rank(std::index_sequence<J...>) {
 template <fixed_string Eq, std::size_t I, class G, class... E>
 auto einsum_vjp(const G& gy, const E&... ops) {
   using T = detail::value_t<G>;
-  static constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
+  constexpr const einsum_equation& eq = detail::parsed_equation<Eq>.value;
   static constexpr auto grad_text = einsum_grad<Eq, I>();
   const auto& xi = std::get<I>(std::forward_as_tuple(ops...));
   // The bookkeeping below is bounded lists: a call allocates nothing but
@@ -304,7 +304,7 @@ auto einsum_vjp(const G& gy, const E&... ops) {
 /// @pre out does not overlap gy or an operand.
 template <fixed_string Eq, std::size_t I, class Out, class G, class... E>
 bool einsum_vjp_into(Out& out, const G& gy, const E&... ops) {
-  static constexpr einsum_equation eq = detail::parsed_equation<Eq>.value;
+  constexpr const einsum_equation& eq = detail::parsed_equation<Eq>.value;
   static constexpr auto grad_text = einsum_grad<Eq, I>();
   constexpr std::int64_t grad_rank =
       detail::grad_output_rank<grad_text, I, G, std::tuple<E...>>(std::make_index_sequence<sizeof...(E) - 1>{});
