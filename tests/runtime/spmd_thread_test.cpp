@@ -215,8 +215,10 @@ TEST(SpmdThreadReduce, FloatSumKernelsMatchTheLoop) {
   using kernel = void (*)(float*, const float*, const float*, std::size_t);
   std::vector<std::pair<const char*, kernel>> kernels;
   const xshard::simd_isa cpu = xshard::detail::cpu_isa();
-  if (cpu == xshard::simd_isa::avx512) kernels.emplace_back("avx512", &xshard::detail::x86::avx512::sum_floats);
-  if (cpu != xshard::simd_isa::generic) kernels.emplace_back("avx2", &xshard::detail::x86::avx2::sum_floats);
+  if (cpu == xshard::simd_isa::avx512)
+    kernels.emplace_back("avx512", static_cast<kernel>(&xshard::detail::x86::avx512::add_elements));
+  if (cpu != xshard::simd_isa::generic)
+    kernels.emplace_back("avx2", static_cast<kernel>(&xshard::detail::x86::avx2::add_elements));
   for (const auto& [name, k] : kernels)
     for (std::size_t n : {0, 1, 7, 8, 15, 16, 17, 31, 32, 63, 64, 65, 127, 128, 129, 1003}) {
       SCOPED_TRACE(std::string(name) + " n " + std::to_string(n));

@@ -35,9 +35,8 @@
 // chain of multiply-adds over k in the general path's order, fused exactly
 // when the general kernel fuses them (CPUs with AVX2 and FMA), so typed and
 // run-time results agree bit for bit for K up to the general kernel's KC
-// block (256 floats, 192 doubles). A single operand's contiguous sum uses the
-// general path's SIMD order (two xsimd batches, hadd, then the tail); other
-// sums run in order.
+// block (256 floats, 192 doubles). A single operand's contiguous sum is the
+// general path's own function (sums.hpp); other sums run in order.
 #pragma once
 
 #include <array>
@@ -48,19 +47,20 @@
 #include <span>
 #include <type_traits>
 #include <utility>
-#include <xsimd/xsimd.hpp>  // batch<T> of the compiled arch; available_architectures()
+#include <xsimd/xsimd.hpp>  // batches of the SSE, AVX2 and AVX-512 widths
 #include <xtensor/xlayout.hpp>
 
 #include "../core/static_vector.hpp"
 #include "../core/tensor_traits.hpp"
 #include "parse.hpp"
+#include "sums.hpp"
 
 // How the multiply-adds are done:
 //   XSHARD_FIXED_SIMD   compiled with AVX2 and FMA: xsimd batches (AVX-512,
 //                       AVX2, SSE widths) and fused multiply-adds
 //   XSHARD_FIXED_CLONE  x86 GCC/Clang without FMA: scalar loops, run in a
-//                       copy compiled for "avx2,fma" when the CPU has both
-//                       (as the general kernel does), else unfused
+//                       copy compiled for "avx2,fma" when active_isa() has
+//                       both (as the general kernel does), else unfused
 //   neither             scalar loops with std::fma
 #if defined(__AVX2__) && defined(__FMA__)
 #define XSHARD_FIXED_SIMD 1
@@ -294,42 +294,21 @@ XSHARD_FIXED_INLINE void fixed_scalar_tile(const T* a, const T* b, T* c) {
     for (std::int64_t j = 0; j < W; ++j) c[r * R.c + j * J.c] = acc[r][j];
 }
 
-/// One operand, one contiguous summed dim of at least two xsimd batches: the
-/// general path's order (two batch accumulators, hadd, then the tail).
+/// One operand, one contiguous summed dim of at least 4 elements: summed by
+/// the run-time path's own function (sums.hpp's sum_run, on the widest
+/// vectors active_isa() allows), so both give the same bits. Every width's
+/// order sums a shorter run in order, as the scalar loops do.
 template <class T, const fixed_plan& P>
 constexpr bool fixed_batch_sum() {
   using L = fixed_layout<P>;
-  return !L::two && L::sum.size() == 1 && L::sum[0].a == 1 &&
-         L::sum[0].n >= 2 * static_cast<std::int64_t>(xsimd::batch<T>::size);
+  return !L::two && L::sum.size() == 1 && L::sum[0].a == 1 && L::sum[0].n >= 4;
 }
-// GCC 12 warns inside xsimd's AVX-512 hadd (_mm256_undefined_pd is
-// deliberately uninitialised; GCC bug 105593, fixed in 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 template <class T, const fixed_plan& P>
 XSHARD_FIXED_INLINE void fixed_batch_sums(const T* a, T* c) {
   using L = fixed_layout<P>;
-  using batch = xsimd::batch<T>;
-  constexpr std::int64_t lanes = batch::size, K = L::sum[0].n;
-  for (std::int64_t j = 0; j < L::inner.n; ++j) {
-    const T* aj = a + j * L::inner.a;
-    batch acc0(T(0)), acc1(T(0));
-    std::int64_t k = 0;
-    for (; k + 2 * lanes <= K; k += 2 * lanes) {
-      acc0 += batch::load_unaligned(aj + k);
-      acc1 += batch::load_unaligned(aj + k + lanes);
-    }
-    T sum = xsimd::hadd(acc0 + acc1);
-    for (; k < K; ++k) sum += aj[k];
-    c[j * L::inner.c] = sum;
-  }
+  for (std::int64_t j = 0; j < L::inner.n; ++j)
+    c[j * L::inner.c] = sum_run(a + j * L::inner.a, static_cast<std::size_t>(L::sum[0].n));
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 #if XSHARD_FIXED_SIMD
 /// x * y + z rounded once, on a batch of 16, 32 or 64 bytes.
@@ -487,8 +466,9 @@ XSHARD_FIXED_INLINE void run_fixed(const T* a, const T* b, T* c) {
   if constexpr (P.swapped) std::swap(a, b);
 #if XSHARD_FIXED_CLONE
   if constexpr (P.operands == 2) {
-    // Fused exactly when the general kernel is (its AVX2 and AVX-512 paths).
-    if (xsimd::available_architectures().fma3_avx2)
+    // Fused exactly when the general kernel is (its AVX2 and AVX-512 paths,
+    // which XSHARD_ISA=generic turns off as it does here).
+    if (active_isa() != simd_isa::generic)
       fixed_body_fma<T, P>(a, b, c);
     else
       fixed_body<T, P, false>(a, b, c);

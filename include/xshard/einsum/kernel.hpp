@@ -48,6 +48,7 @@
 #include "../core/isa.hpp"
 #include "../core/thread_pool.hpp"
 #include "arch/x86_gemm.hpp"
+#include "sums.hpp"
 
 namespace xshard::detail {
 
@@ -658,13 +659,12 @@ struct reduce_problem {
   bool accumulate = false;
 };
 
-/// The reduction path: SIMD (xsimd, compiled arch) over a contiguous summed
-/// run or a contiguous kept run, table lookups otherwise; split over the
-/// thread pool by blocks of kept elements, each summed in a fixed order.
+/// The reduction path: the CPU's widest vectors (sums.hpp) over a
+/// contiguous summed run or a contiguous kept run, table lookups otherwise;
+/// split over the thread pool by blocks of kept elements, each summed in a
+/// fixed order.
 template <class T>
 void run_reduce(const reduce_problem<T>& r) {
-  using batch = xsimd::batch<T>;
-  constexpr std::size_t lanes = batch::size;
   const std::size_t M = r.a_m.size(), K = r.a_k.size();
   if (M == 0) return;
   const stride_info ks = uniform_stride(r.a_k), ms = uniform_stride(r.a_m), cs = uniform_stride(r.c_m);
@@ -679,27 +679,13 @@ void run_reduce(const reduce_problem<T>& r) {
       // Vertical: C[m0:m1] += A[k][m0:m1] for each k.
       T* c = r.c + r.c_m[m0];
       if (!r.accumulate) std::fill(c, c + (m1 - m0), T(0));
-      for (std::size_t k = 0; k < K; ++k) {
-        const T* a = r.a + r.a_k[k] + r.a_m[m0];
-        std::size_t i = 0;
-        for (; i + lanes <= m1 - m0; i += lanes)
-          (batch::load_unaligned(c + i) + batch::load_unaligned(a + i)).store_unaligned(c + i);
-        for (; i < m1 - m0; ++i) c[i] += a[i];
-      }
+      for (std::size_t k = 0; k < K; ++k) add_elements(c, c, r.a + r.a_k[k] + r.a_m[m0], m1 - m0);
       return;
     }
     for (std::size_t m = m0; m < m1; ++m) {
       const T* a = r.a + r.a_m[m];
       if (k_contiguous) {
-        batch acc0(T(0)), acc1(T(0));
-        std::size_t k = 0;
-        for (; k + 2 * lanes <= K; k += 2 * lanes) {
-          acc0 += batch::load_unaligned(a + k);
-          acc1 += batch::load_unaligned(a + k + lanes);
-        }
-        T sum = xsimd::hadd(acc0 + acc1);
-        for (; k < K; ++k) sum += a[k];
-        finish(m, sum);
+        finish(m, sum_run(a, K));
       } else {
         T sum = T(0);
         for (std::size_t k = 0; k < K; ++k) sum += a[r.a_k[k]];

@@ -67,9 +67,9 @@
 #include "../core/fiber.hpp"
 #include "../core/thread_pool.hpp"
 #include "../core/workspace.hpp"
+#include "../einsum/sums.hpp"
 #include "../mesh/mesh.hpp"
 #include "../trace/trace.hpp"
-#include "arch/x86.hpp"
 #include "collectives.hpp"
 
 namespace xshard {
@@ -300,20 +300,8 @@ inline void thread_rendezvous::arrive_and_wait(std::int64_t kind) {
 /// out may be acc.
 template <class T>
 void reduce_to(T* out, const T* acc, const T* x, std::size_t n, reduce_op op) {
-#if XSHARD_X86_KERNELS
-  if constexpr (std::is_same_v<T, float>) {
-    if (op == reduce_op::sum) {
-      switch (active_isa()) {
-        case simd_isa::avx512:
-          return x86::avx512::sum_floats(out, acc, x, n);
-        case simd_isa::avx2:
-          return x86::avx2::sum_floats(out, acc, x, n);
-        case simd_isa::generic:
-          break;
-      }
-    }
-  }
-#endif
+  if constexpr (std::is_floating_point_v<T>)
+    if (op == reduce_op::sum) return add_elements(out, acc, x, n);  // the CPU's widest vectors (einsum/sums.hpp)
   switch (op) {
     case reduce_op::sum:
       if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
