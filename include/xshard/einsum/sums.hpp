@@ -24,13 +24,6 @@
 namespace xshard::detail {
 
 /// The portable sum_run: the same order at xsimd's batch width.
-// GCC 12 warns inside xsimd's AVX-512 hadd (_mm256_undefined_pd is
-// deliberately uninitialised; GCC bug 105593, fixed in 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 template <class T>
 T portable_sum_run(const T* a, std::size_t n) {
   if constexpr (std::is_floating_point_v<T>) {
@@ -56,9 +49,6 @@ T portable_sum_run(const T* a, std::size_t n) {
     return s;
   }
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 /// The sum of a[0..n): two accumulators of one vector's lanes over blocks
 /// of two vectors, their sum's lanes in lane order, then the rest in order
