@@ -103,6 +103,9 @@ void check_kernels() {
       std::vector<T> in_place(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n));
       k.add_elements(in_place.data(), in_place.data(), b.data(), n);  // out is the first input
       EXPECT_EQ(in_place, want);
+      in_place.assign(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(n));
+      k.add_elements(in_place.data(), a.data(), in_place.data(), n);  // out is the second input
+      EXPECT_EQ(in_place, want);
     }
 }
 

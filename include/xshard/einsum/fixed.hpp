@@ -298,13 +298,13 @@ XSHARD_FIXED_INLINE void fixed_scalar_tile(const T* a, const T* b, T* c) {
 /// the run-time path's own function (sums.hpp's sum_run, on the widest
 /// vectors active_isa() allows), so both give the same bits. Every width's
 /// order sums a shorter run in order, as the scalar loops do.
-template <class T, const fixed_plan& P>
-constexpr bool fixed_batch_sum() {
+template <const fixed_plan& P>
+constexpr bool fixed_run_sum() {
   using L = fixed_layout<P>;
   return !L::two && L::sum.size() == 1 && L::sum[0].a == 1 && L::sum[0].n >= 4;
 }
 template <class T, const fixed_plan& P>
-XSHARD_FIXED_INLINE void fixed_batch_sums(const T* a, T* c) {
+XSHARD_FIXED_INLINE void fixed_run_sums(const T* a, T* c) {
   using L = fixed_layout<P>;
   for (std::int64_t j = 0; j < L::inner.n; ++j)
     c[j * L::inner.c] = sum_run(a + j * L::inner.a, static_cast<std::size_t>(L::sum[0].n));
@@ -443,8 +443,8 @@ XSHARD_FIXED_INLINE void fixed_body(const T* a, const T* b, T* c) {
   if constexpr (P.out_size > 0) {
     for (std::int64_t o = 0; o < L::outer_count; ++o) {
       const std::array<std::ptrdiff_t, 3> off = dims_offsets<L::outer>(o);
-      if constexpr (fixed_batch_sum<T, P>())
-        fixed_batch_sums<T, P>(a + off[0], c + off[2]);
+      if constexpr (fixed_run_sum<P>())
+        fixed_run_sums<T, P>(a + off[0], c + off[2]);
       else
         fixed_block<T, P, Fused>(a + off[0], b + off[1], c + off[2]);
     }

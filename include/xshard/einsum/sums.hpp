@@ -72,7 +72,8 @@ T sum_run(const T* a, std::size_t n) {
 }
 
 /// out[i] = a[i] + b[i] for i < n; out may be a or b (not overlapping them
-/// otherwise). One add per element: the same bits on every path.
+/// otherwise). One add per element: the same bits on every path. (Signed
+/// integers would overflow: callers that need wrapping add them unsigned.)
 template <class T>
 void add_elements(T* out, const T* a, const T* b, std::size_t n) {
 #if XSHARD_X86_KERNELS
@@ -87,7 +88,7 @@ void add_elements(T* out, const T* a, const T* b, std::size_t n) {
     }
   }
 #endif
-  for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(a[i] + b[i]);
 }
 
 }  // namespace xshard::detail

@@ -300,15 +300,13 @@ inline void thread_rendezvous::arrive_and_wait(std::int64_t kind) {
 /// out may be acc.
 template <class T>
 void reduce_to(T* out, const T* acc, const T* x, std::size_t n, reduce_op op) {
-  if constexpr (std::is_floating_point_v<T>)
-    if (op == reduce_op::sum) return add_elements(out, acc, x, n);  // the CPU's widest vectors (einsum/sums.hpp)
   switch (op) {
     case reduce_op::sum:
       if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
         using U = std::make_unsigned_t<T>;
         for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<U>(acc[i]) + static_cast<U>(x[i]));
       } else {
-        for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(acc[i] + x[i]);
+        add_elements(out, acc, x, n);  // floats and doubles on the CPU's widest vectors (einsum/sums.hpp)
       }
       break;
     case reduce_op::max:
