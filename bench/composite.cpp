@@ -1,4 +1,4 @@
-// bench/composite.cpp - composite ops: the fused xsimd kernel against the
+// bench/composite.cpp - composite ops: the fused kernel against the
 // decomposition into xtensor expressions (ops/composite.hpp).
 //
 // What is timed, each case once per mode (kernel | decompose), the mode
@@ -11,6 +11,9 @@
 //   gelu_fwd_bwd/<approx>/<mode>        both, as one training step runs them
 //   softmax/<mode>                      softmax(x) over the last dim of (1024, 1024) floats
 //   softmax_backward/<mode>             softmax_backward(g, y), same shape
+//   softmax_dim0/<mode>                 softmax(x) over the first dim of the same shape
+//                                       (a strided dim: the column kernels)
+//   softmax_dim0_backward/<mode>        softmax_backward(g, y) over the first dim
 //   layer_norm/<mode>                   layer_norm(x, w, b) on (1024, 1024) floats
 //   layer_norm_backward/<mode>          layer_norm_backward(g, x, mean, rstd, w)
 //   rms_norm/<mode>                     rms_norm(x) on (1024, 1024) floats
@@ -117,6 +120,25 @@ void bm_softmax_backward(benchmark::State& state, composite_mode m) {
   set_counters(state, rows * cols, 3);
 }
 
+void bm_softmax_dim0(benchmark::State& state, composite_mode m) {
+  const auto x = random_tensor<2>({rows, cols}, 3);
+  for (auto _ : state) {
+    auto y = xshard::softmax(x, 0, m);
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_counters(state, rows * cols, 2);
+}
+
+void bm_softmax_dim0_backward(benchmark::State& state, composite_mode m) {
+  const auto y = xshard::softmax(random_tensor<2>({rows, cols}, 3), 0, composite_mode::kernel);
+  const auto g = random_tensor<2>({rows, cols}, 4);
+  for (auto _ : state) {
+    auto dx = xshard::softmax_backward(g, y, 0, m);
+    benchmark::DoNotOptimize(dx.data());
+  }
+  set_counters(state, rows * cols, 3);
+}
+
 void bm_layer_norm(benchmark::State& state, composite_mode m) {
   const auto x = random_tensor<2>({rows, cols}, 5);
   const auto w = random_tensor<1>({cols}, 6);
@@ -190,6 +212,9 @@ const bool registered = [] {
           ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("softmax/" + mode).c_str(), bm_softmax, m)->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("softmax_backward/" + mode).c_str(), bm_softmax_backward, m)
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("softmax_dim0/" + mode).c_str(), bm_softmax_dim0, m)->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("softmax_dim0_backward/" + mode).c_str(), bm_softmax_dim0_backward, m)
         ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("layer_norm/" + mode).c_str(), bm_layer_norm, m)->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("layer_norm_backward/" + mode).c_str(), bm_layer_norm_backward, m)

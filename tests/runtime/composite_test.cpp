@@ -377,6 +377,121 @@ TEST(CompositeGelu, FloatErfIsWithinItsBoundAndEveryKernelRoundsAlike) {
   EXPECT_TRUE(std::isnan(portable[n - 1]));
 }
 
+// The x86 kernels' tanh (gelu's tanh form): xsimd 8.1's float tanh. Against
+// tanh in double, this sweep's worst relative error is 1.38e-7 (about one
+// ulp) for the kernels and for xsimd::tanh alike; the bound is 2e-7. The
+// AVX-512 and AVX2 kernels evaluate it in one order, so their bits agree.
+TEST(CompositeGelu, FloatTanhIsWithinItsBoundAndEveryKernelRoundsAlike) {
+#if XSHARD_X86_KERNELS
+  const xshard::simd_isa cpu = xshard::detail::cpu_isa();
+  if (cpu == xshard::simd_isa::generic) GTEST_SKIP() << "the CPU has neither AVX2 nor AVX-512";
+  std::vector<float> u;
+  for (std::uint32_t bits = 0; bits <= 0x41300000u; bits += 997) {  // 0 .. 11
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    u.push_back(v);
+    u.push_back(-v);
+  }
+  const std::size_t swept = u.size();
+  for (float v : {0.625f, 0.62499994f, 44.0f, 45.0f, 1e30f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+    u.push_back(v);
+  const std::size_t n = u.size();
+  std::vector<float> y2(n), y512(n);
+  xshard::detail::x86::avx2::tanh(u.data(), y2.data(), n);
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(u[i])) continue;
+    const double t = std::tanh(double(u[i]));
+    worst = std::max(worst, std::abs(double(y2[i]) - t) / std::max(std::abs(t), 1e-30));
+  }
+  EXPECT_LE(worst, 2e-7);
+  for (std::size_t i = 0; i < swept; i += 2) {
+    if (u[i] != 0) {
+      ASSERT_EQ(y2[i + 1], -y2[i]) << "tanh(-u) at u = " << u[i];
+    }
+  }
+  EXPECT_EQ(y2[n - 4], 1.0f);  // 1e30: exp's argument capped, no overflow
+  EXPECT_EQ(y2[n - 3], 1.0f);
+  EXPECT_EQ(y2[n - 2], -1.0f);
+  EXPECT_TRUE(std::isnan(y2[n - 1]));
+  if (cpu == xshard::simd_isa::avx512) {
+    xshard::detail::x86::avx512::tanh(u.data(), y512.data(), n);
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_TRUE(y512[i] == y2[i] || (std::isnan(y512[i]) && std::isnan(y2[i]))) << "tanh(" << u[i] << ")";
+  }
+  // The portable kernel's xsimd::tanh (its multiply-adds round twice
+  // without FMA instructions): within the same bound.
+  using B = xshard::detail::batch_t<float>;
+  for (std::size_t i = 0; i + B::size <= swept; i += B::size) {
+    const B p = xsimd::tanh(B::load_unaligned(u.data() + i));
+    for (std::size_t l = 0; l < B::size; ++l) {
+      const double t = std::tanh(double(u[i + l]));
+      ASSERT_LE(std::abs(double(p.get(l)) - t), 2e-7 * std::max(std::abs(t), 1e-30))
+          << "xsimd tanh(" << u[i + l] << ")";
+    }
+  }
+#else
+  GTEST_SKIP() << "no x86-64 kernels in this build";
+#endif
+}
+
+TEST(CompositeGelu, EveryX86KernelTheCpuRunsMatchesTheDecompositionTanhForm) {
+#if XSHARD_X86_KERNELS
+  const xshard::simd_isa cpu = xshard::detail::cpu_isa();
+  if (cpu == xshard::simd_isa::generic) GTEST_SKIP() << "the CPU has neither AVX2 nor AVX-512";
+  unsigned seed = 700;
+  for (double mag : magnitudes)
+    for (std::size_t n : odd_sizes) {
+      auto x = random_tensor<float>(std::array<std::size_t, 1>{n}, mag, seed++);
+      const auto g = random_tensor<float>(std::array<std::size_t, 1>{n}, 1.0, seed++);
+      if (n >= 9) {  // non-finite lanes inside a vector and in the tail
+        x(1) = std::numeric_limits<float>::infinity();
+        x(2) = -std::numeric_limits<float>::infinity();
+        x(n - 2) = std::numeric_limits<float>::quiet_NaN();
+      }
+      const auto want = xshard::gelu(x, gelu_approximate::tanh, composite_mode::decompose);
+      const auto dwant = xshard::gelu_backward(g, x, gelu_approximate::tanh, composite_mode::decompose);
+      const std::string what = "n=" + std::to_string(n) + " magnitude=" + std::to_string(mag);
+      xt::xtensor<float, 1> y2 = xt::zeros<float>({n}), d2 = xt::zeros<float>({n});
+      xshard::detail::x86::avx2::gelu_tanh(x.data(), y2.data(), n);
+      xshard::detail::x86::avx2::gelu_tanh_backward(g.data(), x.data(), d2.data(), n);
+      // The derivative's 1 - t^2 cancels where |x| is large: one ulp of t
+      // there is the absolute error, on the scale of g and of x's slope.
+      const auto dscale = [&](std::size_t i) {
+        const double v = std::abs(double(x(i)));
+        return std::abs(double(g(i))) * (1 + v * (0.8 + 0.11 * v * v));
+      };
+      expect_close(
+          y2, want, elementwise_tol<float>, [&](std::size_t i) { return std::abs(double(x(i))); },
+          "avx2 gelu tanh " + what);
+      expect_close(d2, dwant, elementwise_tol<float>, dscale, "avx2 gelu_backward tanh " + what);
+      if (cpu == xshard::simd_isa::avx512) {
+        xt::xtensor<float, 1> y512 = xt::zeros<float>({n}), d512 = xt::zeros<float>({n});
+        xshard::detail::x86::avx512::gelu_tanh(x.data(), y512.data(), n);
+        xshard::detail::x86::avx512::gelu_tanh_backward(g.data(), x.data(), d512.data(), n);
+        for (std::size_t i = 0; i < n; ++i) {  // one algorithm: the same bits
+          if (!std::isnan(y2(i))) {
+            EXPECT_EQ(y2(i), y512(i)) << what << " at " << i;
+          }
+          if (!std::isnan(d2(i))) {
+            EXPECT_EQ(d2(i), d512(i)) << what << " at " << i;
+          }
+        }
+      }
+      // The public entries run the active ISA's kernel.
+      const auto y = xshard::gelu(x, gelu_approximate::tanh, composite_mode::kernel);
+      const auto d = xshard::gelu_backward(g, x, gelu_approximate::tanh, composite_mode::kernel);
+      expect_close(
+          y, want, elementwise_tol<float>, [&](std::size_t i) { return std::abs(double(x(i))); },
+          "kernel gelu tanh " + what);
+      expect_close(d, dwant, elementwise_tol<float>, dscale, "kernel gelu_backward tanh " + what);
+    }
+#else
+  GTEST_SKIP() << "no x86-64 kernels in this build";
+#endif
+}
+
 TEST(CompositeGelu, BackwardMatchesFiniteDifferences) {
   const auto x = random_tensor<double>(std::array<std::size_t, 2>{3, 37}, 2.0, 11);
   const auto g = random_tensor<double>(std::array<std::size_t, 2>{3, 37}, 1.0, 12);
@@ -520,6 +635,63 @@ TEST(CompositeSoftmax, EveryX86KernelTheCpuRunsMatchesTheDecomposition) {
             d, dwant, row_tol<float>, [&](std::size_t) { return scale; }, name + " softmax_backward " + what);
       }
     }
+#else
+  GTEST_SKIP() << "no x86-64 kernels in this build";
+#endif
+}
+
+// Softmax along a dim that is not the last (shape (2, k, in), dim 1): the
+// column kernels, a vector of columns at a time in blocks of 256 columns
+// (in = 300: a second, partial block). Each column is summed in its own lane
+// in the same order at every width, so AVX-512 and AVX2 agree bit for bit.
+TEST(CompositeSoftmax, EveryX86ColumnKernelTheCpuRunsMatchesTheDecomposition) {
+#if XSHARD_X86_KERNELS
+  const xshard::simd_isa cpu = xshard::detail::cpu_isa();
+  if (cpu == xshard::simd_isa::generic) GTEST_SKIP() << "the CPU has neither AVX2 nor AVX-512";
+  unsigned seed = 900;
+  for (double mag : {1.0, 30.0})
+    for (std::size_t k : {1, 2, 5, 17, 64})
+      for (std::size_t in : {2, 3, 7, 8, 9, 16, 17, 33, 300}) {
+        auto x = random_tensor<float>(std::array<std::size_t, 3>{2, k, in}, mag, seed++);
+        const auto g = random_tensor<float>(std::array<std::size_t, 3>{2, k, in}, 1.0, seed++);
+        x(1, k / 2, 1) = std::numeric_limits<float>::infinity();    // column 1 of block 1: NaN where inf - inf
+        x(1, k - 1, 0) = -std::numeric_limits<float>::infinity();   // a zero probability
+        x(0, 0, in - 1) = std::numeric_limits<float>::quiet_NaN();  // the last (padded) column: NaN
+        const auto want = xshard::softmax(x, 1, composite_mode::decompose);
+        const auto dwant = xshard::softmax_backward(g, want, 1, composite_mode::decompose);
+        const double scale = row_scale_max(dwant) + 1;
+        const std::string what =
+            "k=" + std::to_string(k) + " in=" + std::to_string(in) + " magnitude=" + std::to_string(mag);
+        xt::xtensor<float, 3> y2 = xt::zeros<float>(x.shape()), d2 = xt::zeros<float>(x.shape());
+        for (std::size_t o = 0; o < 2; ++o) {
+          xshard::detail::x86::avx2::softmax_columns(&x(o, 0, 0), &y2(o, 0, 0), k, in, in);
+          xshard::detail::x86::avx2::softmax_backward_columns(&g(o, 0, 0), &want(o, 0, 0), &d2(o, 0, 0), k, in, in);
+        }
+        expect_close(
+            y2, want, row_tol<float>, [](std::size_t) { return 0.0; }, "avx2 softmax columns " + what);
+        expect_close(
+            d2, dwant, row_tol<float>, [&](std::size_t) { return scale; }, "avx2 softmax_backward columns " + what);
+        if (cpu == xshard::simd_isa::avx512) {
+          xt::xtensor<float, 3> y512 = xt::zeros<float>(x.shape()), d512 = xt::zeros<float>(x.shape());
+          for (std::size_t o = 0; o < 2; ++o) {
+            xshard::detail::x86::avx512::softmax_columns(&x(o, 0, 0), &y512(o, 0, 0), k, in, in);
+            xshard::detail::x86::avx512::softmax_backward_columns(&g(o, 0, 0), &want(o, 0, 0), &d512(o, 0, 0), k, in,
+                                                                  in);
+          }
+          for (std::size_t i = 0; i < x.size(); ++i) {
+            const float a = y2.data()[i], b = y512.data()[i], da = d2.data()[i], db = d512.data()[i];
+            EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << what << " softmax at " << i;
+            EXPECT_TRUE(da == db || (std::isnan(da) && std::isnan(db))) << what << " softmax_backward at " << i;
+          }
+        }
+        // The public entries, on the active ISA's column kernel.
+        expect_close(
+            xshard::softmax(x, 1, composite_mode::kernel), want, row_tol<float>, [](std::size_t) { return 0.0; },
+            "kernel softmax columns " + what);
+        expect_close(
+            xshard::softmax_backward(g, want, 1, composite_mode::kernel), dwant, row_tol<float>,
+            [&](std::size_t) { return scale; }, "kernel softmax_backward columns " + what);
+      }
 #else
   GTEST_SKIP() << "no x86-64 kernels in this build";
 #endif

@@ -11,8 +11,11 @@
 // e.g. gelu(1) = 0.8413447460685429 (none), 0.8411919906082768 (tanh).
 // The decomposition is that formula evaluated element by element with
 // std::erf, std::tanh and std::exp (what the xtensor expression of it computes); the kernel is the same
-// formula on xsimd batches, one pass over contiguous data, with float erf as
-// the rational function of erf_float.hpp (within 3.9e-7 of erf). Which runs is
+// formula on vectors, one pass over contiguous data, with float erf as
+// the rational function of erf_float.hpp (within 3.9e-7 of erf) and tanh and
+// exp as xsimd 8.1 computes them: for floats on x86-64 the AVX-512 or AVX2
+// kernels of ops/arch/x86.hpp (both forms, picked by active_isa()), else
+// xsimd batches of the compiled architecture. Which runs is
 // composite_policy's choice for "gelu" / "gelu_backward" unless a
 // composite_mode is passed. Both propagate NaN; gelu(+inf) = +inf, and
 // gelu(-inf) is NaN (-inf * 0), as the formula (and torch's) gives.
@@ -126,8 +129,15 @@ template <class T>
 void gelu_kernel_range(const T* x, T* y, std::size_t n, gelu_approximate a) {
 #if XSHARD_X86_KERNELS
   if constexpr (std::is_same_v<T, float>) {
-    if (a == gelu_approximate::none && active_isa() == simd_isa::avx512) return x86::avx512::gelu(x, y, n);
-    if (a == gelu_approximate::none && active_isa() == simd_isa::avx2) return x86::avx2::gelu(x, y, n);
+    const bool erf_form = a == gelu_approximate::none;
+    switch (active_isa()) {
+      case simd_isa::avx512:
+        return erf_form ? x86::avx512::gelu(x, y, n) : x86::avx512::gelu_tanh(x, y, n);
+      case simd_isa::avx2:
+        return erf_form ? x86::avx2::gelu(x, y, n) : x86::avx2::gelu_tanh(x, y, n);
+      default:
+        break;
+    }
   }
 #endif
   using c = gelu_constants<T>;
@@ -149,8 +159,15 @@ template <class T>
 void gelu_backward_kernel_range(const T* g, const T* x, T* dx, std::size_t n, gelu_approximate a) {
 #if XSHARD_X86_KERNELS
   if constexpr (std::is_same_v<T, float>) {
-    if (a == gelu_approximate::none && active_isa() == simd_isa::avx512) return x86::avx512::gelu_backward(g, x, dx, n);
-    if (a == gelu_approximate::none && active_isa() == simd_isa::avx2) return x86::avx2::gelu_backward(g, x, dx, n);
+    const bool erf_form = a == gelu_approximate::none;
+    switch (active_isa()) {
+      case simd_isa::avx512:
+        return erf_form ? x86::avx512::gelu_backward(g, x, dx, n) : x86::avx512::gelu_tanh_backward(g, x, dx, n);
+      case simd_isa::avx2:
+        return erf_form ? x86::avx2::gelu_backward(g, x, dx, n) : x86::avx2::gelu_tanh_backward(g, x, dx, n);
+      default:
+        break;
+    }
   }
 #endif
   using c = gelu_constants<T>;

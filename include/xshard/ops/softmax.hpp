@@ -8,8 +8,10 @@
 // {0.5, 0.5}). A row holding NaN or +inf gives NaN, as torch does.
 // The decomposition is xt::amax, xt::exp, xt::sum and a division, each
 // evaluated; the kernel does a row in three passes (max; exp and sum;
-// scale) with xsimd along the row when `dim` is the last non-trivial dim,
-// and along the trailing dims (one batch of columns at a time) otherwise.
+// scale) with vectors along the row when `dim` is the last non-trivial dim,
+// and along the trailing dims (one vector of columns at a time) otherwise:
+// for floats on x86-64 the AVX-512 or AVX2 kernels of ops/arch/x86.hpp
+// (active_isa()), else xsimd on the compiled architecture.
 #pragma once
 
 #include <array>
@@ -110,6 +112,7 @@ void softmax_kernel(const T* x, T* y, axis_split sp) {
   constexpr std::size_t L = lanes_v<T>;
   [[maybe_unused]] const simd_isa isa = active_isa();
   const std::size_t k = sp.extent, in = sp.inner;
+  [[maybe_unused]] const simd_isa cisa = column_isa(in);
   parallel_ranges(sp.outer, rows_per_grain(k * in), [&](std::size_t o0, std::size_t o1) {
     for (std::size_t o = o0; o < o1; ++o) {
       const T* xo = x + o * k * in;
@@ -129,6 +132,18 @@ void softmax_kernel(const T* x, T* y, axis_split sp) {
 #endif
         softmax_row(xo, yo, k);
       } else {
+#if XSHARD_X86_KERNELS
+        if constexpr (std::is_same_v<T, float>) {
+          if (cisa == simd_isa::avx512) {
+            x86::avx512::softmax_columns(xo, yo, k, in, in);
+            continue;
+          }
+          if (cisa == simd_isa::avx2) {
+            x86::avx2::softmax_columns(xo, yo, k, in, in);
+            continue;
+          }
+        }
+#endif
         for (std::size_t i = 0; i < in; i += L) softmax_columns(xo + i, yo + i, k, in, std::min(L, in - i));
       }
     }
@@ -172,6 +187,7 @@ void softmax_backward_kernel(const T* g, const T* y, T* dx, axis_split sp) {
   constexpr std::size_t L = lanes_v<T>;
   [[maybe_unused]] const simd_isa isa = active_isa();
   const std::size_t k = sp.extent, in = sp.inner;
+  [[maybe_unused]] const simd_isa cisa = column_isa(in);
   parallel_ranges(sp.outer, rows_per_grain(k * in), [&](std::size_t o0, std::size_t o1) {
     for (std::size_t o = o0; o < o1; ++o) {
       const std::size_t off = o * k * in;
@@ -190,6 +206,18 @@ void softmax_backward_kernel(const T* g, const T* y, T* dx, axis_split sp) {
 #endif
         softmax_backward_row(g + off, y + off, dx + off, k);
       } else {
+#if XSHARD_X86_KERNELS
+        if constexpr (std::is_same_v<T, float>) {
+          if (cisa == simd_isa::avx512) {
+            x86::avx512::softmax_backward_columns(g + off, y + off, dx + off, k, in, in);
+            continue;
+          }
+          if (cisa == simd_isa::avx2) {
+            x86::avx2::softmax_backward_columns(g + off, y + off, dx + off, k, in, in);
+            continue;
+          }
+        }
+#endif
         for (std::size_t i = 0; i < in; i += L)
           softmax_backward_columns(g + off + i, y + off + i, dx + off + i, k, in, std::min(L, in - i));
       }

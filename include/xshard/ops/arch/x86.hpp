@@ -2,17 +2,20 @@
 // AVX-512 and AVX2 + FMA intrinsics under target attributes, so a binary
 // built without -march runs them on the CPU's widest vectors (ops/gelu.hpp,
 // ops/softmax.hpp, ops/rms_norm.hpp and ops/layer_norm.hpp pick one by
-// active_isa()): erf, gelu, gelu_backward and gelu_backward_from_output (erf
-// form), softmax and softmax_backward of contiguous rows, rms_norm,
-// layer_norm and their backwards of contiguous rows, and the graph's bias
-// adds and bias gradients' row sums (graph/ops.hpp: a row op a vector).
+// active_isa()): erf, tanh, gelu, gelu_backward and
+// gelu_backward_from_output (erf form), gelu and gelu_backward (tanh form),
+// softmax and softmax_backward of contiguous rows and along a strided dim,
+// rms_norm, layer_norm and their backwards of contiguous rows, and the
+// graph's bias adds and bias gradients' row sums (graph/ops.hpp: a row op a
+// vector).
 // xsimd 8.1 defines its wide batches only when the TU itself is compiled
 // for them, hence intrinsics here.
 //
 // The math is the portable kernel's (ops/gelu.hpp): erf as the rational
 // function of ops/erf_float.hpp, and xsimd 8.1's float exp (k = round(a /
 // ln 2), a Cephes polynomial on the remainder, 2^k by the exponent bits) for
-// the backward's Gaussian density.
+// the backward's Gaussian density, and xsimd 8.1's float tanh (a Cephes
+// polynomial below 0.625, else from that exp) for gelu's tanh form.
 // Softmax is the portable kernel's three passes (max; exp and sum; scale)
 // with the same exp. One body per instruction set, stamped out by
 // XSHARD_X86_KERNEL_BODIES over a struct of primitives.
@@ -31,6 +34,14 @@ namespace xshard::detail {
 inline simd_isa row_isa(std::size_t n) {
   const simd_isa isa = active_isa();
   return isa == simd_isa::avx512 && n < 48 ? simd_isa::avx2 : isa;
+}
+
+/// The instruction set for a kernel over `in` adjacent columns (softmax
+/// along a dim that is not the last): the CPU's widest, but AVX2 for fewer
+/// than 16 columns (one 8-float vector instead of a padded 16-float one).
+inline simd_isa column_isa(std::size_t in) {
+  const simd_isa isa = active_isa();
+  return isa == simd_isa::avx512 && in < 16 ? simd_isa::avx2 : isa;
 }
 
 }  // namespace xshard::detail
@@ -182,6 +193,41 @@ struct avx2_f32 {
     const O::V pdf = O::mul(exp_of(O::mul(O::set1(-0.5f), O::mul(v, v))), O::set1(0.39894228040143267794f));          \
     return O::mul(g, O::fma(v, pdf, cdf));                                                                            \
   }                                                                                                                   \
+  /* tanh(u): xsimd 8.1's float tanh (Cephes), so the portable kernel computes the same: |u| + |u|^3 P(u^2) */        \
+  /* below |u| = 0.625, else 1 - 2 / (1 + exp(2|u|)) (exp's argument capped at 88, where tanh is 1 in float */        \
+  /* long before), then u's sign by a compare (a zero's sign is dropped: gelu adds t to 1 or squares it).   */        \
+  TARGET XSHARD_X86_INLINE OPS::V tanh_of(OPS::V u) {                                                                 \
+    using O = OPS;                                                                                                    \
+    const O::V x = O::abs(u), s = O::mul(x, x), one = O::set1(1.0f);                                                  \
+    O::V p = O::fma(s, O::set1(-5.70498872745e-3f), O::set1(2.06390887954e-2f));                                      \
+    p = O::fma(s, p, O::set1(-5.37397155531e-2f));                                                                    \
+    p = O::fma(s, p, O::set1(1.33314422036e-1f));                                                                     \
+    p = O::fma(s, p, O::set1(-3.33332819422e-1f));                                                                    \
+    const O::V small = O::fma(O::mul(p, s), x, x);                                                                    \
+    const O::V e = exp_of(O::min(O::set1(88.0f), O::add(x, x))); /* min(88, NaN) is NaN */                            \
+    const O::V large = O::fma(O::set1(-2.0f), O::div(one, O::add(one, e)), one);                                      \
+    const O::V t = O::if_lt(x, O::set1(0.625f), small, large);                                                        \
+    return O::if_lt(u, O::set1(0.0f), O::sub(O::set1(0.0f), t), t);                                                   \
+  }                                                                                                                   \
+  /* gelu's tanh form and its backward, in the portable kernel's order and constants (ops/gelu.hpp). */               \
+  TARGET XSHARD_X86_INLINE OPS::V gelu_tanh_t(OPS::V v) {                                                             \
+    using O = OPS;                                                                                                    \
+    const O::V cube = O::mul(O::mul(v, v), v);                                                                        \
+    return tanh_of(O::mul(O::set1(0.79788456080286535588f), O::add(v, O::mul(O::set1(0.044715f), cube))));            \
+  }                                                                                                                   \
+  TARGET XSHARD_X86_INLINE OPS::V gelu_tanh_of(OPS::V v) {                                                            \
+    using O = OPS;                                                                                                    \
+    return O::mul(O::mul(O::set1(0.5f), v), O::add(O::set1(1.0f), gelu_tanh_t(v)));                                   \
+  }                                                                                                                   \
+  TARGET XSHARD_X86_INLINE OPS::V gelu_tanh_backward_of(OPS::V g, OPS::V v) {                                         \
+    using O = OPS;                                                                                                    \
+    const O::V t = gelu_tanh_t(v), one = O::set1(1.0f), half = O::set1(0.5f);                                         \
+    const O::V left = O::mul(half, O::add(one, t));                                                                   \
+    const O::V slope =                                                                                                \
+        O::mul(O::set1(0.79788456080286535588f), O::add(one, O::mul(O::set1(0.134145f), O::mul(v, v))));              \
+    const O::V right = O::mul(O::sub(one, O::mul(t, t)), slope);                                                      \
+    return O::mul(g, O::add(left, O::mul(O::mul(half, v), right)));                                                   \
+  }                                                                                                                   \
   /* The first r (< lanes) floats of p, the other lanes `pad`. */                                                     \
   TARGET XSHARD_X86_INLINE OPS::V load_padded(const float* p, std::size_t r, float pad) {                             \
     std::array<float, OPS::lanes> buf;                                                                                \
@@ -226,6 +272,27 @@ struct avx2_f32 {
       store_first(dx + i, r,                                                                                          \
                   gelu_backward_from_output_of(load_padded(g + i, r, 0.0f), load_padded(x + i, r, 0.0f),              \
                                                load_padded(y + i, r, 0.0f)));                                         \
+    }                                                                                                                 \
+  }                                                                                                                   \
+  TARGET inline void tanh(const float* u, float* y, std::size_t n) {                                                  \
+    using O = OPS;                                                                                                    \
+    std::size_t i = 0;                                                                                                \
+    for (; i + O::lanes <= n; i += O::lanes) O::store(y + i, tanh_of(O::load(u + i)));                                \
+    if (i < n) store_first(y + i, n - i, tanh_of(load_padded(u + i, n - i, 0.0f)));                                   \
+  }                                                                                                                   \
+  TARGET inline void gelu_tanh(const float* x, float* y, std::size_t n) {                                             \
+    using O = OPS;                                                                                                    \
+    std::size_t i = 0;                                                                                                \
+    for (; i + O::lanes <= n; i += O::lanes) O::store(y + i, gelu_tanh_of(O::load(x + i)));                           \
+    if (i < n) store_first(y + i, n - i, gelu_tanh_of(load_padded(x + i, n - i, 0.0f)));                              \
+  }                                                                                                                   \
+  TARGET inline void gelu_tanh_backward(const float* g, const float* x, float* dx, std::size_t n) {                   \
+    using O = OPS;                                                                                                    \
+    std::size_t i = 0;                                                                                                \
+    for (; i + O::lanes <= n; i += O::lanes) O::store(dx + i, gelu_tanh_backward_of(O::load(g + i), O::load(x + i))); \
+    if (i < n) {                                                                                                      \
+      const std::size_t r = n - i;                                                                                    \
+      store_first(dx + i, r, gelu_tanh_backward_of(load_padded(g + i, r, 0.0f), load_padded(x + i, r, 0.0f)));        \
     }                                                                                                                 \
   }                                                                                                                   \
   /* Lane reductions in lane order: the largest (NaN wins), the sum. */                                               \
@@ -279,6 +346,82 @@ struct avx2_f32 {
       O::store(dx + j, O::mul(O::load(y + j), O::sub(O::load(g + j), dot)));                                          \
     if (r)                                                                                                            \
       store_first(dx + full, r, O::mul(load_padded(y + full, r, 0.0f), O::sub(load_padded(g + full, r, 0.0f), dot))); \
+  }                                                                                                                   \
+  /* r <= lanes floats at p: a whole vector, or the first r and `pad` (stored: the first r). */                       \
+  TARGET XSHARD_X86_INLINE OPS::V load_some(const float* p, std::size_t r, float pad) {                               \
+    return r == OPS::lanes ? OPS::load(p) : load_padded(p, r, pad);                                                   \
+  }                                                                                                                   \
+  TARGET XSHARD_X86_INLINE void store_some(float* p, std::size_t r, OPS::V v) {                                       \
+    if (r == OPS::lanes)                                                                                              \
+      OPS::store(p, v);                                                                                               \
+    else                                                                                                              \
+      store_first(p, r, v);                                                                                           \
+  }                                                                                                                   \
+  /* Softmax along a strided dim: k elements `stride` apart, for each of `in` adjacent columns, in the    */          \
+  /* portable kernel's three passes per column. The columns go in blocks of 256 (each row's 1 KiB read   */           \
+  /* contiguously, the block's running max and sum in L1), a vector at a time (the last padded).         */           \
+  TARGET inline void softmax_columns(const float* x, float* y, std::size_t k, std::size_t stride, std::size_t in) {   \
+    using O = OPS;                                                                                                    \
+    constexpr std::size_t block = 256;                                                                                \
+    const float ninf = -std::numeric_limits<float>::infinity();                                                       \
+    alignas(64) float mb[block], sb[block];                                                                           \
+    for (std::size_t c0 = 0; c0 < in; c0 += block) {                                                                  \
+      const std::size_t w = std::min(block, in - c0);                                                                 \
+      for (std::size_t c = 0; c < w; c += O::lanes) {                                                                 \
+        O::store(mb + c, O::set1(ninf));                                                                              \
+        O::store(sb + c, O::set1(0.0f));                                                                              \
+      }                                                                                                               \
+      for (std::size_t j = 0; j < k; ++j) {                                                                           \
+        const float* xr = x + j * stride + c0;                                                                        \
+        for (std::size_t c = 0; c < w; c += O::lanes)                                                                 \
+          O::store(mb + c, O::max(O::load(mb + c), load_some(xr + c, std::min(O::lanes, w - c), ninf)));              \
+      }                                                                                                               \
+      for (std::size_t j = 0; j < k; ++j) {                                                                           \
+        const float* xr = x + j * stride + c0;                                                                        \
+        float* yr = y + j * stride + c0;                                                                              \
+        for (std::size_t c = 0; c < w; c += O::lanes) {                                                               \
+          const std::size_t r = std::min(O::lanes, w - c);                                                            \
+          const O::V e = exp_of(O::sub(load_some(xr + c, r, ninf), O::load(mb + c)));                                 \
+          store_some(yr + c, r, e);                                                                                   \
+          O::store(sb + c, O::add(O::load(sb + c), e));                                                               \
+        }                                                                                                             \
+      }                                                                                                               \
+      for (std::size_t j = 0; j < k; ++j) {                                                                           \
+        float* yr = y + j * stride + c0;                                                                              \
+        for (std::size_t c = 0; c < w; c += O::lanes) {                                                               \
+          const std::size_t r = std::min(O::lanes, w - c);                                                            \
+          store_some(yr + c, r, O::div(load_some(yr + c, r, 1.0f), O::load(sb + c)));                                 \
+        }                                                                                                             \
+      }                                                                                                               \
+    }                                                                                                                 \
+  }                                                                                                                   \
+  /* dx = y (g - sum(g y)) along a strided dim, in softmax_columns' blocks. */                                        \
+  TARGET inline void softmax_backward_columns(const float* g, const float* y, float* dx, std::size_t k,               \
+                                              std::size_t stride, std::size_t in) {                                   \
+    using O = OPS;                                                                                                    \
+    constexpr std::size_t block = 256;                                                                                \
+    alignas(64) float db[block];                                                                                      \
+    for (std::size_t c0 = 0; c0 < in; c0 += block) {                                                                  \
+      const std::size_t w = std::min(block, in - c0);                                                                 \
+      for (std::size_t c = 0; c < w; c += O::lanes) O::store(db + c, O::set1(0.0f));                                  \
+      for (std::size_t j = 0; j < k; ++j) {                                                                           \
+        const std::size_t row = j * stride + c0;                                                                      \
+        for (std::size_t c = 0; c < w; c += O::lanes) {                                                               \
+          const std::size_t r = std::min(O::lanes, w - c);                                                            \
+          const O::V gv = load_some(g + row + c, r, 0.0f);                                                            \
+          O::store(db + c, O::fma(gv, load_some(y + row + c, r, 0.0f), O::load(db + c)));                             \
+        }                                                                                                             \
+      }                                                                                                               \
+      for (std::size_t j = 0; j < k; ++j) {                                                                           \
+        const std::size_t row = j * stride + c0;                                                                      \
+        for (std::size_t c = 0; c < w; c += O::lanes) {                                                               \
+          const std::size_t r = std::min(O::lanes, w - c);                                                            \
+          const O::V d =                                                                                              \
+              O::mul(load_some(y + row + c, r, 0.0f), O::sub(load_some(g + row + c, r, 0.0f), O::load(db + c)));      \
+          store_some(dx + row + c, r, d);                                                                             \
+        }                                                                                                             \
+      }                                                                                                               \
+    }                                                                                                                 \
   }                                                                                                                   \
   /* rms_norm of one contiguous row of n floats: y = x rstd; returns rstd = 1 / sqrt(mean(x^2) + eps). */             \
   TARGET inline float rms_norm_row(const float* x, float* y, std::size_t n, float eps) {                              \
