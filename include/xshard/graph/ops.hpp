@@ -770,11 +770,21 @@ struct rule<binary_op<B>> {
           xt::noalias(r.local()) /= b * b;
           return r;
         } else if constexpr (K == 0 && detail::is_bias_of<A0, A1>()) {
-          DG r(g);  // g times (over) the rank-1 operand along the last dim
-          if constexpr (B == binary::mul)
-            xt::noalias(r.local()) *= c.template operand<1>().local();
-          else
-            xt::noalias(r.local()) /= c.template operand<1>().local();
+          // g times (over) the rank-1 operand along the last dim (a norm's
+          // gain), row by row in g's block when it is ours (else a copy's),
+          // as the forward's bias_applied: the same bits as xtensor's
+          // broadcast, without its element-by-element stepping.
+          DG r(std::forward<G>(g));
+          auto& block = r.local();
+          const auto& w = c.template operand<1>().local();
+          const std::size_t n = block.shape()[DG::rank - 1];
+          if (w.size() == n && n > 0) {
+            detail::bias_rows<B>(block.data(), block.data(), w, block.size() / n, n);
+          } else if constexpr (B == binary::mul) {
+            xt::noalias(block) *= w;
+          } else {
+            xt::noalias(block) /= w;
+          }
           return r;
         } else if constexpr (B == binary::div) {
           return local_zip(g, detail::with_layout_of<DG>(c.template operand<1>()),
