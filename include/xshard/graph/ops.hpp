@@ -657,6 +657,52 @@ struct rule<einsum_to_op<Eq, S>> : rule<einsum_op<Eq>> {
   }
 };
 
+namespace detail {
+/// Whether sharded types A and B have blocks of one layout (same mesh,
+/// rank and resolved spec, neither partial): their elementwise ops pair
+/// block elements one to one.
+template <class A, class B>
+consteval bool same_layout_blocks() {
+  using DA = std::remove_cvref_t<A>;
+  using DB = std::remove_cvref_t<B>;
+  if constexpr (Sharded<DA> && Sharded<DB>) {
+    if constexpr (std::is_same_v<typename DA::mesh_type, typename DB::mesh_type> && DA::rank == DB::rank)
+      return DA::partial_axes == 0 && DB::partial_axes == 0 && DA::resolved == DB::resolved;
+    else
+      return false;
+  } else {
+    return false;
+  }
+}
+
+/// a op b elementwise on sharded operands of one layout (b already in a's:
+/// with_layout_of). Blocks of one shape (a residual connection, a product
+/// of two activations, a gradient times an activation) go by element ranges
+/// over the pool (binary_elements: the same bits as xtensor's a op b), into
+/// a's own block when it is a temporary; anything else is local_zip's (and
+/// its errors).
+template <binary B, class X, class Y>
+auto zip_binary(X&& a, const Y& b) {
+  using DA = owning_sharded_t<X>;
+  if constexpr (same_layout_blocks<DA, Y>()) {
+    using T = typename DA::value_type;
+    if (a.global_shape() == b.global_shape() && a.local().shape() == b.local().shape()) {
+      const T* const pa = a.local().data();  // a's buffer, r's too once a's block is moved in
+      const T* const pb = b.local().data();
+      xt::xtensor<T, DA::rank> r = [&] {
+        if constexpr (!std::is_lvalue_reference_v<X> && std::is_same_v<DA, std::remove_cvref_t<X>>)
+          return std::move(a.local());
+        else
+          return ::xshard::detail::fresh_tensor<T, DA::rank>(a.local().shape());
+      }();
+      binary_elements<B>(r.data(), pa, pb, r.size());
+      return DA(a.device(), a.global_shape(), std::move(r));
+    }
+  }
+  return local_zip(a, b, [](const auto& u, const auto& v) { return apply_binary<B>(u, v); });
+}
+}  // namespace detail
+
 template <binary B>
 struct rule<binary_op<B>> {
   template <class X, class Y>
@@ -688,7 +734,7 @@ struct rule<binary_op<B>> {
           r.local() /= b.local();
         return r;
       } else {
-        return local_zip(a, detail::with_layout_of<DA>(b), f);
+        return detail::zip_binary<B>(std::forward<X>(a), detail::with_layout_of<DA>(b));
       }
     } else {
       using T = detail::element_t<X>;
@@ -787,11 +833,11 @@ struct rule<binary_op<B>> {
           }
           return r;
         } else if constexpr (B == binary::div) {
-          return local_zip(g, detail::with_layout_of<DG>(c.template operand<1>()),
-                           [](const auto& u, const auto& v) { return u / v; });
+          return detail::zip_binary<binary::div>(std::forward<G>(g),
+                                                 detail::with_layout_of<DG>(c.template operand<1>()));
         } else {
-          return local_zip(g, detail::with_layout_of<DG>(c.template operand<1 - K>()),
-                           [](const auto& u, const auto& v) { return u * v; });
+          return detail::zip_binary<binary::mul>(std::forward<G>(g),
+                                                 detail::with_layout_of<DG>(c.template operand<1 - K>()));
         }
       };
       if constexpr (detail::is_bias_of<G, A>()) {
