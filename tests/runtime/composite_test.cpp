@@ -174,19 +174,26 @@ TYPED_TEST(CompositeTyped, GeluNonFiniteValues) {
 // The run-time dispatched x86 kernels (ops/arch/x86.hpp), each one
 // the CPU has, against the decomposition: sizes around every vector width,
 // every magnitude, and the non-finite values; AVX2 and AVX-512 agree.
+/// n floats of the given magnitude for the x86 gelu kernels' tests, with
+/// non-finite lanes inside a vector and in the tail when n >= 9.
+xt::xtensor<float, 1> gelu_test_input(std::size_t n, double mag, unsigned seed) {
+  auto x = random_tensor<float>(std::array<std::size_t, 1>{n}, mag, seed);
+  if (n >= 9) {
+    x(1) = std::numeric_limits<float>::infinity();
+    x(2) = -std::numeric_limits<float>::infinity();
+    x(n - 2) = std::numeric_limits<float>::quiet_NaN();
+  }
+  return x;
+}
+
 TEST(CompositeGelu, EveryX86KernelTheCpuRunsMatchesTheDecomposition) {
 #if XSHARD_X86_KERNELS
   const xshard::simd_isa cpu = xshard::detail::cpu_isa();
   unsigned seed = 100;
   for (double mag : magnitudes)
     for (std::size_t n : odd_sizes) {
-      auto x = random_tensor<float>(std::array<std::size_t, 1>{n}, mag, seed++);
+      const auto x = gelu_test_input(n, mag, seed++);
       const auto g = random_tensor<float>(std::array<std::size_t, 1>{n}, 1.0, seed++);
-      if (n >= 9) {  // non-finite lanes inside a vector and in the tail
-        x(1) = std::numeric_limits<float>::infinity();
-        x(2) = -std::numeric_limits<float>::infinity();
-        x(n - 2) = std::numeric_limits<float>::quiet_NaN();
-      }
       const auto want = xshard::gelu(x, gelu_approximate::none, composite_mode::decompose);
       const auto dwant = xshard::gelu_backward(g, x, gelu_approximate::none, composite_mode::decompose);
       const std::string what = "n=" + std::to_string(n) + " magnitude=" + std::to_string(mag);
@@ -443,13 +450,8 @@ TEST(CompositeGelu, EveryX86KernelTheCpuRunsMatchesTheDecompositionTanhForm) {
   unsigned seed = 700;
   for (double mag : magnitudes)
     for (std::size_t n : odd_sizes) {
-      auto x = random_tensor<float>(std::array<std::size_t, 1>{n}, mag, seed++);
+      const auto x = gelu_test_input(n, mag, seed++);
       const auto g = random_tensor<float>(std::array<std::size_t, 1>{n}, 1.0, seed++);
-      if (n >= 9) {  // non-finite lanes inside a vector and in the tail
-        x(1) = std::numeric_limits<float>::infinity();
-        x(2) = -std::numeric_limits<float>::infinity();
-        x(n - 2) = std::numeric_limits<float>::quiet_NaN();
-      }
       const auto want = xshard::gelu(x, gelu_approximate::tanh, composite_mode::decompose);
       const auto dwant = xshard::gelu_backward(g, x, gelu_approximate::tanh, composite_mode::decompose);
       const std::string what = "n=" + std::to_string(n) + " magnitude=" + std::to_string(mag);
