@@ -699,6 +699,39 @@ TEST(CompositeSoftmax, EveryX86ColumnKernelTheCpuRunsMatchesTheDecomposition) {
 #endif
 }
 
+// Softmax along a strided dim is split over the pool by blocks of columns
+// (so one slab, a matrix over dim 0, uses every thread): each column is
+// computed alone, so every thread count gives the same bits, and the result
+// is the decomposition's.
+TYPED_TEST(CompositeTyped, SoftmaxAlongAStridedDimGivesTheSameBitsOnOneThreadAndOnThePool) {
+  using T = TypeParam;
+  unsigned seed = 950;
+  const auto check = [&](const auto& shape, std::ptrdiff_t dim) {
+    const auto x = random_tensor<T>(shape, 4.0, seed++);
+    const auto g = random_tensor<T>(shape, 1.0, seed++);
+    std::string what = "dim " + std::to_string(dim) + " of shape";
+    for (std::size_t e : shape) what += " " + std::to_string(e);
+    const auto want = xshard::softmax(x, dim, composite_mode::decompose);
+    const auto dwant = xshard::softmax_backward(g, want, dim, composite_mode::decompose);
+    const auto y = xshard::softmax(x, dim, composite_mode::kernel);
+    const auto dx = xshard::softmax_backward(g, want, dim, composite_mode::kernel);
+    const xshard::scoped_thread_limit one(1);
+    const auto y1 = xshard::softmax(x, dim, composite_mode::kernel);
+    const auto dx1 = xshard::softmax_backward(g, want, dim, composite_mode::kernel);
+    ASSERT_EQ(y.shape(), want.shape()) << what;
+    const double scale = row_scale_max(dwant) + 1;
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      ASSERT_EQ(y.data()[i], y1.data()[i]) << what << ": softmax at " << i;
+      ASSERT_EQ(dx.data()[i], dx1.data()[i]) << what << ": softmax_backward at " << i;
+      ASSERT_NEAR(y.data()[i], want.data()[i], row_tol<T>) << what << ": softmax at " << i;
+      ASSERT_NEAR(dx.data()[i], dwant.data()[i], row_tol<T> * scale) << what << ": softmax_backward at " << i;
+    }
+  };
+  check(std::array<std::size_t, 2>{64, 1000}, 0);     // one slab, four blocks of columns (the last of 232)
+  check(std::array<std::size_t, 3>{3, 40, 700}, 1);   // three slabs of three blocks
+  check(std::array<std::size_t, 3>{2, 300, 257}, 1);  // a block of one column
+}
+
 TYPED_TEST(CompositeTyped, SoftmaxRowsSumToOneAndLargeInputsStayFinite) {
   using T = TypeParam;
   for (composite_mode m : {composite_mode::kernel, composite_mode::decompose}) {

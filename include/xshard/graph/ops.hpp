@@ -658,21 +658,17 @@ struct rule<einsum_to_op<Eq, S>> : rule<einsum_op<Eq>> {
 };
 
 namespace detail {
-/// Whether sharded types A and B have blocks of one layout (same mesh,
-/// rank and resolved spec, neither partial): their elementwise ops pair
-/// block elements one to one.
+/// Whether sharded types A and B have blocks of one layout and neither is
+/// partial (local_zip's two rules): their elementwise ops pair block
+/// elements one to one.
 template <class A, class B>
 consteval bool same_layout_blocks() {
   using DA = std::remove_cvref_t<A>;
   using DB = std::remove_cvref_t<B>;
-  if constexpr (Sharded<DA> && Sharded<DB>) {
-    if constexpr (std::is_same_v<typename DA::mesh_type, typename DB::mesh_type> && DA::rank == DB::rank)
-      return DA::partial_axes == 0 && DB::partial_axes == 0 && DA::resolved == DB::resolved;
-    else
-      return false;
-  } else {
+  if constexpr (Sharded<DA> && Sharded<DB>)
+    return ::xshard::detail::one_layout<DA, DB>() && DA::partial_axes == 0 && DB::partial_axes == 0;
+  else
     return false;
-  }
 }
 
 /// a op b elementwise on sharded operands of one layout (b already in a's:
@@ -817,21 +813,9 @@ struct rule<binary_op<B>> {
           return r;
         } else if constexpr (K == 0 && detail::is_bias_of<A0, A1>()) {
           // g times (over) the rank-1 operand along the last dim (a norm's
-          // gain), row by row in g's block when it is ours (else a copy's),
-          // as the forward's bias_applied: the same bits as xtensor's
-          // broadcast, without its element-by-element stepping.
-          DG r(std::forward<G>(g));
-          auto& block = r.local();
-          const auto& w = c.template operand<1>().local();
-          const std::size_t n = block.shape()[DG::rank - 1];
-          if (w.size() == n && n > 0) {
-            detail::bias_rows<B>(block.data(), block.data(), w, block.size() / n, n);
-          } else if constexpr (B == binary::mul) {
-            xt::noalias(block) *= w;
-          } else {
-            xt::noalias(block) /= w;
-          }
-          return r;
+          // gain): the forward's own bias path, row by row in g's block
+          // when it is ours.
+          return DG(eval(std::forward<G>(g), c.template operand<1>()));
         } else if constexpr (B == binary::div) {
           return detail::zip_binary<binary::div>(std::forward<G>(g),
                                                  detail::with_layout_of<DG>(c.template operand<1>()));

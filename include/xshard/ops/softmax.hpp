@@ -107,45 +107,62 @@ void softmax_columns(const T* x, T* y, std::size_t k, std::size_t stride, std::s
   for (std::size_t j = 0; j < k; ++j) st(y + j * stride, ld(y + j * stride, T(1)) / s);
 }
 
+/// The work of a softmax (or its backward) along a strided dim: for each
+/// of the sp.outer slabs, its sp.inner columns in blocks of column_block
+/// (the x86 kernels' L1 block), all of them split over the pool as one range,
+/// so that a softmax over dim 0 of a matrix (one slab) uses every thread too.
+/// f(offset of the block's first element, its width in columns). Each
+/// column is computed alone and in one order: the same bits for any split.
+inline constexpr std::size_t column_block = 256;
+
+template <class F>
+void for_column_blocks(axis_split sp, F&& f) {
+  const std::size_t k = sp.extent, in = sp.inner;
+  const std::size_t blocks = (in + column_block - 1) / column_block;
+  parallel_ranges(sp.outer * blocks, rows_per_grain(k * std::min(in, column_block)),
+                  [&](std::size_t i0, std::size_t i1) {
+                    for (std::size_t i = i0; i < i1; ++i) {
+                      const std::size_t o = i / blocks, c0 = (i % blocks) * column_block;
+                      f(o * k * in + c0, std::min(column_block, in - c0));
+                    }
+                  });
+}
+
 template <class T>
 void softmax_kernel(const T* x, T* y, axis_split sp) {
   constexpr std::size_t L = lanes_v<T>;
   [[maybe_unused]] const simd_isa isa = active_isa();
   const std::size_t k = sp.extent, in = sp.inner;
-  [[maybe_unused]] const simd_isa cisa = column_isa(in);
-  parallel_ranges(sp.outer, rows_per_grain(k * in), [&](std::size_t o0, std::size_t o1) {
-    for (std::size_t o = o0; o < o1; ++o) {
-      const T* xo = x + o * k * in;
-      T* yo = y + o * k * in;
-      if (in == 1) {
+  if (in > 1) {
+    [[maybe_unused]] const simd_isa cisa = column_isa(in);
+    for_column_blocks(sp, [&](std::size_t off, std::size_t w) {
 #if XSHARD_X86_KERNELS
-        if constexpr (std::is_same_v<T, float>) {
-          if (isa == simd_isa::avx512) {
-            x86::avx512::softmax_row(xo, yo, k);
-            continue;
-          }
-          if (isa == simd_isa::avx2) {
-            x86::avx2::softmax_row(xo, yo, k);
-            continue;
-          }
-        }
-#endif
-        softmax_row(xo, yo, k);
-      } else {
-#if XSHARD_X86_KERNELS
-        if constexpr (std::is_same_v<T, float>) {
-          if (cisa == simd_isa::avx512) {
-            x86::avx512::softmax_columns(xo, yo, k, in, in);
-            continue;
-          }
-          if (cisa == simd_isa::avx2) {
-            x86::avx2::softmax_columns(xo, yo, k, in, in);
-            continue;
-          }
-        }
-#endif
-        for (std::size_t i = 0; i < in; i += L) softmax_columns(xo + i, yo + i, k, in, std::min(L, in - i));
+      if constexpr (std::is_same_v<T, float>) {
+        if (cisa == simd_isa::avx512) return x86::avx512::softmax_columns(x + off, y + off, k, in, w);
+        if (cisa == simd_isa::avx2) return x86::avx2::softmax_columns(x + off, y + off, k, in, w);
       }
+#endif
+      for (std::size_t i = 0; i < w; i += L) softmax_columns(x + off + i, y + off + i, k, in, std::min(L, w - i));
+    });
+    return;
+  }
+  parallel_ranges(sp.outer, rows_per_grain(k), [&](std::size_t o0, std::size_t o1) {
+    for (std::size_t o = o0; o < o1; ++o) {
+      const T* xo = x + o * k;
+      T* yo = y + o * k;
+#if XSHARD_X86_KERNELS
+      if constexpr (std::is_same_v<T, float>) {
+        if (isa == simd_isa::avx512) {
+          x86::avx512::softmax_row(xo, yo, k);
+          continue;
+        }
+        if (isa == simd_isa::avx2) {
+          x86::avx2::softmax_row(xo, yo, k);
+          continue;
+        }
+      }
+#endif
+      softmax_row(xo, yo, k);
     }
   });
 }
@@ -187,40 +204,37 @@ void softmax_backward_kernel(const T* g, const T* y, T* dx, axis_split sp) {
   constexpr std::size_t L = lanes_v<T>;
   [[maybe_unused]] const simd_isa isa = active_isa();
   const std::size_t k = sp.extent, in = sp.inner;
-  [[maybe_unused]] const simd_isa cisa = column_isa(in);
-  parallel_ranges(sp.outer, rows_per_grain(k * in), [&](std::size_t o0, std::size_t o1) {
-    for (std::size_t o = o0; o < o1; ++o) {
-      const std::size_t off = o * k * in;
-      if (in == 1) {
+  if (in > 1) {
+    [[maybe_unused]] const simd_isa cisa = column_isa(in);
+    for_column_blocks(sp, [&](std::size_t off, std::size_t w) {
 #if XSHARD_X86_KERNELS
-        if constexpr (std::is_same_v<T, float>) {
-          if (isa == simd_isa::avx512) {
-            x86::avx512::softmax_backward_row(g + off, y + off, dx + off, k);
-            continue;
-          }
-          if (isa == simd_isa::avx2) {
-            x86::avx2::softmax_backward_row(g + off, y + off, dx + off, k);
-            continue;
-          }
-        }
-#endif
-        softmax_backward_row(g + off, y + off, dx + off, k);
-      } else {
-#if XSHARD_X86_KERNELS
-        if constexpr (std::is_same_v<T, float>) {
-          if (cisa == simd_isa::avx512) {
-            x86::avx512::softmax_backward_columns(g + off, y + off, dx + off, k, in, in);
-            continue;
-          }
-          if (cisa == simd_isa::avx2) {
-            x86::avx2::softmax_backward_columns(g + off, y + off, dx + off, k, in, in);
-            continue;
-          }
-        }
-#endif
-        for (std::size_t i = 0; i < in; i += L)
-          softmax_backward_columns(g + off + i, y + off + i, dx + off + i, k, in, std::min(L, in - i));
+      if constexpr (std::is_same_v<T, float>) {
+        if (cisa == simd_isa::avx512)
+          return x86::avx512::softmax_backward_columns(g + off, y + off, dx + off, k, in, w);
+        if (cisa == simd_isa::avx2) return x86::avx2::softmax_backward_columns(g + off, y + off, dx + off, k, in, w);
       }
+#endif
+      for (std::size_t i = 0; i < w; i += L)
+        softmax_backward_columns(g + off + i, y + off + i, dx + off + i, k, in, std::min(L, w - i));
+    });
+    return;
+  }
+  parallel_ranges(sp.outer, rows_per_grain(k), [&](std::size_t o0, std::size_t o1) {
+    for (std::size_t o = o0; o < o1; ++o) {
+      const std::size_t off = o * k;
+#if XSHARD_X86_KERNELS
+      if constexpr (std::is_same_v<T, float>) {
+        if (isa == simd_isa::avx512) {
+          x86::avx512::softmax_backward_row(g + off, y + off, dx + off, k);
+          continue;
+        }
+        if (isa == simd_isa::avx2) {
+          x86::avx2::softmax_backward_row(g + off, y + off, dx + off, k);
+          continue;
+        }
+      }
+#endif
+      softmax_backward_row(g + off, y + off, dx + off, k);
     }
   });
 }

@@ -572,15 +572,27 @@ auto local_map(const X& x, F&& f) {
       x.device(), x.global_shape(), detail::owned_or_fresh<T, D::rank>(f(x.local())));
 }
 
+namespace detail {
+/// Whether sharded types D and E are laid out alike: same mesh, rank and
+/// resolved spec, so their blocks pair element for element once neither
+/// holds partial sums (local_zip's rule; the graph's elementwise ops test it
+/// to take their fast path).
+template <class D, class E>
+consteval bool one_layout() {
+  if constexpr (std::is_same_v<typename D::mesh_type, typename E::mesh_type> && D::rank == E::rank)
+    return D::resolved == E::resolved;
+  else
+    return false;
+}
+}  // namespace detail
+
 /// An elementwise f of two tensors of one layout (same mesh, spec and global
 /// shape; the shape is checked) on this device's blocks.
 template <Sharded X, Sharded Y, class F>
 auto local_zip(const X& x, const Y& y, F&& f) {
   using D = std::remove_cvref_t<X>;
   using E = std::remove_cvref_t<Y>;
-  static_assert(
-      std::is_same_v<typename D::mesh_type, typename E::mesh_type> && D::rank == E::rank && D::resolved == E::resolved,
-      "xshard::local_zip: both tensors need the same mesh and the same sharding");
+  static_assert(detail::one_layout<D, E>(), "xshard::local_zip: both tensors need the same mesh and the same sharding");
   static_assert(D::partial_axes == 0 && E::partial_axes == 0,
                 "xshard::local_zip: an operand holds partial sums; redistribute it first");
   if (x.global_shape() != y.global_shape()) throw error("xshard: local_zip: the tensors' global shapes differ");
