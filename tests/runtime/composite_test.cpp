@@ -727,9 +727,11 @@ TYPED_TEST(CompositeTyped, SoftmaxAlongAStridedDimGivesTheSameBitsOnOneThreadAnd
       ASSERT_NEAR(dx.data()[i], dwant.data()[i], row_tol<T> * scale) << what << ": softmax_backward at " << i;
     }
   };
-  check(std::array<std::size_t, 2>{64, 1000}, 0);     // one slab, four blocks of columns (the last of 232)
-  check(std::array<std::size_t, 3>{3, 40, 700}, 1);   // three slabs of three blocks
-  check(std::array<std::size_t, 3>{2, 300, 257}, 1);  // a block of one column
+  // Each shape has at least 64 x 256 elements per block of columns, so its
+  // blocks are split over two threads (rows_per_grain).
+  check(std::array<std::size_t, 2>{64, 600}, 0);     // one slab, three blocks of columns (the last of 88)
+  check(std::array<std::size_t, 3>{3, 64, 300}, 1);  // three slabs of two blocks
+  check(std::array<std::size_t, 3>{2, 64, 257}, 1);  // a block of one column
 }
 
 TYPED_TEST(CompositeTyped, SoftmaxRowsSumToOneAndLargeInputsStayFinite) {
