@@ -108,15 +108,15 @@ void softmax_columns(const T* x, T* y, std::size_t k, std::size_t stride, std::s
 }
 
 /// The work of a softmax (or its backward) along a strided dim: for each
-/// of the sp.outer slabs, its sp.inner columns in blocks of column_block
-/// (the x86 kernels' L1 block), all of them split over the pool as one range,
-/// so that a softmax over dim 0 of a matrix (one slab) uses every thread too.
-/// f(offset of the block's first element, its width in columns). Each
-/// column is computed alone and in one order: the same bits for any split.
-inline constexpr std::size_t column_block = 256;
-
+/// of the sp.outer slabs, its sp.inner columns in blocks of
+/// softmax_column_block (ops/arch/x86.hpp: the x86 kernels' L1 block), all
+/// of them split over the pool as one range, so that a softmax over dim 0 of
+/// a matrix (one slab) uses every thread too. f(offset of the block's first
+/// element, its width in columns). Each column is computed alone and in one
+/// order: the same bits for any split.
 template <class F>
 void for_column_blocks(axis_split sp, F&& f) {
+  constexpr std::size_t column_block = softmax_column_block;
   const std::size_t k = sp.extent, in = sp.inner;
   const std::size_t blocks = (in + column_block - 1) / column_block;
   parallel_ranges(sp.outer * blocks, rows_per_grain(k * std::min(in, column_block)),
@@ -131,7 +131,6 @@ void for_column_blocks(axis_split sp, F&& f) {
 template <class T>
 void softmax_kernel(const T* x, T* y, axis_split sp) {
   constexpr std::size_t L = lanes_v<T>;
-  [[maybe_unused]] const simd_isa isa = active_isa();
   const std::size_t k = sp.extent, in = sp.inner;
   if (in > 1) {
     [[maybe_unused]] const simd_isa cisa = column_isa(in);
@@ -146,6 +145,7 @@ void softmax_kernel(const T* x, T* y, axis_split sp) {
     });
     return;
   }
+  [[maybe_unused]] const simd_isa isa = active_isa();
   parallel_ranges(sp.outer, rows_per_grain(k), [&](std::size_t o0, std::size_t o1) {
     for (std::size_t o = o0; o < o1; ++o) {
       const T* xo = x + o * k;
@@ -202,7 +202,6 @@ void softmax_backward_columns(const T* g, const T* y, T* dx, std::size_t k, std:
 template <class T>
 void softmax_backward_kernel(const T* g, const T* y, T* dx, axis_split sp) {
   constexpr std::size_t L = lanes_v<T>;
-  [[maybe_unused]] const simd_isa isa = active_isa();
   const std::size_t k = sp.extent, in = sp.inner;
   if (in > 1) {
     [[maybe_unused]] const simd_isa cisa = column_isa(in);
@@ -219,6 +218,7 @@ void softmax_backward_kernel(const T* g, const T* y, T* dx, axis_split sp) {
     });
     return;
   }
+  [[maybe_unused]] const simd_isa isa = active_isa();
   parallel_ranges(sp.outer, rows_per_grain(k), [&](std::size_t o0, std::size_t o1) {
     for (std::size_t o = o0; o < o1; ++o) {
       const std::size_t off = o * k;

@@ -44,6 +44,12 @@ inline simd_isa column_isa(std::size_t in) {
   return isa == simd_isa::avx512 && in < 16 ? simd_isa::avx2 : isa;
 }
 
+/// Softmax along a strided dim goes over its columns in blocks of this many
+/// (the kernels below keep a block's running max and sum in L1, 1 KiB each
+/// for floats; ops/softmax.hpp splits the work over the pool by the same
+/// blocks, so a thread's range never cuts inside one).
+inline constexpr std::size_t softmax_column_block = 256;
+
 }  // namespace xshard::detail
 
 #if XSHARD_X86_KERNELS
@@ -362,7 +368,7 @@ struct avx2_f32 {
   /* contiguously, the block's running max and sum in L1), a vector at a time (the last padded).         */           \
   TARGET inline void softmax_columns(const float* x, float* y, std::size_t k, std::size_t stride, std::size_t in) {   \
     using O = OPS;                                                                                                    \
-    constexpr std::size_t block = 256;                                                                                \
+    constexpr std::size_t block = softmax_column_block;                                                               \
     const float ninf = -std::numeric_limits<float>::infinity();                                                       \
     alignas(64) float mb[block], sb[block];                                                                           \
     for (std::size_t c0 = 0; c0 < in; c0 += block) {                                                                  \
@@ -399,7 +405,7 @@ struct avx2_f32 {
   TARGET inline void softmax_backward_columns(const float* g, const float* y, float* dx, std::size_t k,               \
                                               std::size_t stride, std::size_t in) {                                   \
     using O = OPS;                                                                                                    \
-    constexpr std::size_t block = 256;                                                                                \
+    constexpr std::size_t block = softmax_column_block;                                                               \
     alignas(64) float db[block];                                                                                      \
     for (std::size_t c0 = 0; c0 < in; c0 += block) {                                                                  \
       const std::size_t w = std::min(block, in - c0);                                                                 \
