@@ -1034,6 +1034,18 @@ constexpr axis_set splitting_axes(std::size_t d) {
   return s;
 }
 
+/// The axes that split dim d of an operand X of a reduction along d
+/// (softmax, log_softmax, layer_norm, rms_norm): splitting_axes for a
+/// sharded X, none for a plain tensor. Non-zero picks the rule's partial
+/// statistics and their all-reduces.
+template <class X>
+constexpr axis_set reduced_dim_split(std::size_t d) {
+  if constexpr (Sharded<X>)
+    return splitting_axes<X>(d);
+  else
+    return axis_set{0};
+}
+
 /// A contiguous row-major block seen as (outer, n, inner) around dim d.
 struct around_dim {
   std::size_t outer = 1, n = 1, inner = 1;
@@ -1109,12 +1121,7 @@ struct rule<softmax_op<Dim>> {
   template <class X>
   static constexpr std::size_t dim = Dim < 0 ? std::remove_cvref_t<X>::rank + Dim : static_cast<std::size_t>(Dim);
   template <class X>
-  static constexpr axis_set split = [] {
-    if constexpr (Sharded<X>)
-      return detail::splitting_axes<X>(dim<X>);
-    else
-      return axis_set{0};
-  }();
+  static constexpr axis_set split = detail::reduced_dim_split<X>(dim<X>);
   template <class X>
   static auto eval(const X& a) {
     if constexpr (Sharded<X>) {
@@ -1200,12 +1207,7 @@ struct rule<log_softmax_op<Dim>> {
   template <class X>
   static constexpr std::size_t dim = Dim < 0 ? std::remove_cvref_t<X>::rank + Dim : static_cast<std::size_t>(Dim);
   template <class X>
-  static constexpr axis_set split = [] {
-    if constexpr (Sharded<X>)
-      return detail::splitting_axes<X>(dim<X>);
-    else
-      return axis_set{0};
-  }();
+  static constexpr axis_set split = detail::reduced_dim_split<X>(dim<X>);
   /// The all-reduce of row statistics over the devices splitting the dim.
   template <class X>
   static auto reducer([[maybe_unused]] const X& x) {
@@ -1433,12 +1435,7 @@ auto split_layer_norm_backward(const G& g, const X& x, axis_set axes, double eps
 template <class Eps>
 struct rule<layer_norm_op<Eps>> {
   template <class X>
-  static constexpr axis_set split = [] {
-    if constexpr (Sharded<X>)
-      return detail::splitting_axes<X>(std::remove_cvref_t<X>::rank - 1);
-    else
-      return axis_set{0};
-  }();
+  static constexpr axis_set split = detail::reduced_dim_split<X>(std::remove_cvref_t<X>::rank - 1);
   template <class X>
   static auto eval(const X& a) {
     if constexpr (split<X> != 0)
@@ -1530,12 +1527,7 @@ auto split_rms_norm_backward(const G& g, const X& x, axis_set axes, double eps) 
 template <class Eps>
 struct rule<rms_norm_op<Eps>> {
   template <class X>
-  static constexpr axis_set split = [] {
-    if constexpr (Sharded<X>)
-      return detail::splitting_axes<X>(std::remove_cvref_t<X>::rank - 1);
-    else
-      return axis_set{0};
-  }();
+  static constexpr axis_set split = detail::reduced_dim_split<X>(std::remove_cvref_t<X>::rank - 1);
   template <class X>
   static auto eval(const X& a) {
     if constexpr (split<X> != 0)
