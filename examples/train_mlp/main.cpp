@@ -72,16 +72,6 @@ std::string bar(std::size_t done, std::size_t total, std::size_t width_chars = 3
   return "[" + std::string(fill, '#') + std::string(width_chars - fill, '.') + "]";
 }
 
-std::string collective_list(const xshard::graph::node_plan& step) {
-  std::string s;
-  for (const auto& c : step.collectives) {
-    if (!s.empty()) s += ", ";
-    s += std::string(xshard::collective_name(c.kind)) + " over " +
-         std::string(xshard::axis_set_text(Mesh::axes, c.axes).view());
-  }
-  return s;
-}
-
 /// "node 9 (einsum ...m,km->...k, named h)".
 std::string node_text(const xshard::graph::node_plan& step) {
   std::string s = "node " + std::to_string(step.node) + " (";
@@ -122,8 +112,10 @@ void print_mesh_plan(xshard::remat policy) {
   // rebuilt at run time.
   static constexpr auto forward_plan = Block::forward_plan();
   static constexpr auto backward_plan = Block::backward_plan();
-  for (const auto& s : forward_plan) std::cout << "  forward   " << node_text(s) << ": " << collective_list(s) << "\n";
-  for (const auto& s : backward_plan) std::cout << "  backward  " << node_text(s) << ": " << collective_list(s) << "\n";
+  for (const auto& s : forward_plan)
+    std::cout << "  forward   " << node_text(s) << ": " << xshard::graph::collectives_text(s, Mesh::axes) << "\n";
+  for (const auto& s : backward_plan)
+    std::cout << "  backward  " << node_text(s) << ": " << xshard::graph::collectives_text(s, Mesh::axes) << "\n";
   std::cout << "  per step: " << layers << " x (" << Block::forward_collectives() << " + "
             << (policy == xshard::remat::recompute ? "1 (the forward again) + " : "") << Block::backward_collectives()
             << ") - " << Block::backward_collectives() - Block::backward_collectives_params_only()

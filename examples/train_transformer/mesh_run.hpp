@@ -33,16 +33,6 @@ run_result train_mesh(const Dense::params& init, const options& o, std::size_t f
   return result;
 }
 
-inline std::string collective_list(const xshard::graph::node_plan& step) {
-  std::string s;
-  for (const auto& c : step.collectives) {
-    if (!s.empty()) s += ", ";
-    s += std::string(xshard::collective_name(c.kind)) + " over " +
-         std::string(xshard::axis_set_text(Mesh::axes, c.axes).view());
-  }
-  return s;
-}
-
 /// "node 17 (einsum bqhe,hed->bqd, in scope attention)".
 inline std::string node_text(const xshard::graph::node_plan& step) {
   std::string s = "node " + std::to_string(step.node) + " (";
@@ -58,9 +48,9 @@ void print_layer_plan(const char* what) {
   std::cout << "  " << what << ": " << L::forward_collectives() << " forward, " << L::backward_collectives()
             << " backward\n";
   for (const auto& s : forward_plan)
-    std::cout << "    forward   " << node_text(s) << ": " << collective_list(s) << "\n";
+    std::cout << "    forward   " << node_text(s) << ": " << xshard::graph::collectives_text(s, Mesh::axes) << "\n";
   for (const auto& s : backward_plan)
-    std::cout << "    backward  " << node_text(s) << ": " << collective_list(s) << "\n";
+    std::cout << "    backward  " << node_text(s) << ": " << xshard::graph::collectives_text(s, Mesh::axes) << "\n";
 }
 
 template <class Layout>

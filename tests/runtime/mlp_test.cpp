@@ -79,6 +79,17 @@ T loss(const Dense& l, const Dense::params& p, const mat& x, const mat& gy) {
   return xt::sum(l.forward(p, x).first * gy)();
 }
 
+// The plans as text (what train_mlp prints): each node's collectives in
+// order, with the mesh's axis names.
+TEST(MlpBlock, PlansReadAsTextWithTheMeshAxisNames) {
+  EXPECT_EQ(xshard::graph::collectives_text(forward_plan[0], M::axes), "all-reduce over {model}");
+  const auto b = Sharded::backward_plan();
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(xshard::graph::collectives_text(b[0], M::axes), "all-reduce over {data}");
+  EXPECT_EQ(xshard::graph::collectives_text(b[3], M::axes), "all-reduce over {model}, all-reduce over {data}");
+  EXPECT_EQ(xshard::graph::collectives_text(xshard::graph::node_plan{}, M::axes), "");
+}
+
 TEST(MlpBlock, VjpMatchesFiniteDifferences) {
   const std::size_t d = 3, f = 5;
   auto p = random_params(d, f, 1);

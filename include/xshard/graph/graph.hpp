@@ -582,6 +582,20 @@ struct node_plan {
   node_collectives collectives{};
 };
 
+/// A node's collectives as text, in order, each with the names of its mesh
+/// axes (axis_set_text): "all-reduce over {model}, all-reduce over {data}"
+/// ("" for none). `axes` are the mesh's (mesh<...>::axes).
+inline std::string collectives_text(const node_plan& step, const mesh_axes& axes) {
+  std::string s;
+  for (const planned_collective& c : step.collectives) {
+    if (!s.empty()) s += ", ";
+    s += collective_name(c.kind);
+    s += " over ";
+    s += axis_set_text(axes, c.axes).view();
+  }
+  return s;
+}
+
 /// A rule whose operands' gradients are single GEMMs it can write in place
 /// (vjp_into), marked by `static constexpr bool gemm_vjp = true` (a rule
 /// without the member does not satisfy it).
