@@ -2,9 +2,10 @@
 // cross KC (384), MC (144), NC (1024), MR and NR edges, in each operand
 // layout the driver treats differently (A read in place, A packed because its
 // row stride is a multiple of 4 KiB, A with unit M stride, B transposed, C
-// transposed so tiles are scattered, batched), against a naive
-// double-precision loop, and bit-identical for 1, 2 and 3 threads; the
-// offset tables each thread keeps, across more shapes than it keeps.
+// transposed so tiles are scattered, batched, few rows times W^T run as
+// C^T), against a naive double-precision loop, and bit-identical for 1, 2 and
+// 3 threads; the offset tables each thread keeps, across more shapes than it
+// keeps.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -188,6 +189,88 @@ TEST(EinsumBlocking, BRowsReadInPlaceForFewRows) {
         "ik,kj with B in place, M = " + std::to_string(m));
     EXPECT_TRUE(c == xt::view(packed, xt::range(0, static_cast<long>(m)), xt::all())) << "M = " << m;
   }
+}
+
+// A linear layer's forward, x W^T, on few rows of x (<= detail::
+// direct_b_max_rows): W^T would be packed again at every call, so the driver
+// runs C^T = W x^T (detail::runs_transposed), W's rows read in place and
+// C^T's tiles stored a column of C at a time, the bias then along C^T's
+// rows. Checked across the tile edges (N = 300 is no multiple of MR, K = 400
+// crosses KC) against the naive loop, and bit for bit against the same rows
+// of a product of many rows (run as it is): each element is summed over k in
+// the same order either way.
+TEST(EinsumBlocking, FewRowsTimesWTransposedRunAsCTransposed) {
+  constexpr std::size_t n = 300, k = 400, many = 151;
+  static_assert(xshard::detail::direct_b_max_rows < many);
+  xt::random::seed(8);
+  const xt::xtensor<float, 2> x = xt::random::randn<float>({many, k});
+  const xt::xtensor<float, 2> w = xt::random::randn<float>({n, k});
+  const xt::xtensor<float, 1> bias = xt::random::randn<float>({n});
+  const auto all_rows = xt::xtensor<float, 2>(xshard::einsum<"...k,nk->...n">(x, w));
+  const auto all_rows_biased = xt::xtensor<float, 2>(xshard::einsum_bias<"...k,nk->...n">(bias, x, w));
+  for (std::size_t m : {std::size_t{1}, std::size_t{5}, std::size_t{32}, std::size_t{37}, std::size_t{64},
+                        xshard::detail::direct_b_max_rows}) {
+    const std::string what = std::to_string(m) + " rows";
+    const auto rows = xt::view(x, xt::range(0, static_cast<long>(m)), xt::all());
+    const auto c =
+        same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"...k,nk->...n">(rows, w)); });
+    const auto cb = same_for_thread_counts(
+        [&] { return xt::xtensor<float, 2>(xshard::einsum_bias<"...k,nk->...n">(bias, rows, w)); });
+    auto want = naive(
+        1, m, n, k, [&](std::size_t, std::size_t i, std::size_t p) { return double(x(i, p)); },
+        [&](std::size_t, std::size_t p, std::size_t j) { return double(w(j, p)); });
+    expect_close(
+        want, 1, m, n, k, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); }, what);
+    for (std::size_t e = 0; e < want.size(); ++e) want[e] += double(bias(e % n));
+    expect_close(
+        want, 1, m, n, k, [&](std::size_t, std::size_t i, std::size_t j) { return double(cb(i, j)); },
+        what + " + bias");
+    EXPECT_TRUE(c == xt::view(all_rows, xt::range(0, static_cast<long>(m)), xt::all())) << what;
+    EXPECT_TRUE(cb == xt::view(all_rows_biased, xt::range(0, static_cast<long>(m)), xt::all())) << what << " + bias";
+  }
+}
+
+// The transposed store of the x86 kernels (detail::store_tile_columns_avx2)
+// for every tile of both kernels (R rows of NR = 16 or 32 columns; the
+// AVX-512 kernel's tiles too, on any AVX2 CPU: the store is AVX2): each
+// column's R values land contiguously at their column's offset, as
+// (C + tile) + row_bias[i], against the scalar loop's bits; no element
+// around a column is touched.
+TEST(EinsumBlocking, TransposedTileStoreGivesTheScalarBits) {
+#if XSHARD_GEMM_X86
+  if (xshard::detail::cpu_isa() == xshard::simd_isa::generic) GTEST_SKIP() << "the CPU has no AVX2";
+  auto check = [&]<int R, int NR>() {
+    constexpr std::ptrdiff_t ld = R + 5;  // column j at j * ld + 2, gaps between columns
+    xt::random::seed(static_cast<unsigned>(R * NR));
+    const xt::xtensor<float, 1> tile = xt::random::randn<float>({std::size_t{R * NR}});
+    const xt::xtensor<float, 1> old = xt::random::randn<float>({std::size_t{NR * ld + 4}});
+    const xt::xtensor<float, 1> bias = xt::random::randn<float>({std::size_t{R}});
+    std::array<std::ptrdiff_t, NR> col{};
+    for (int j = 0; j < NR; ++j) col[static_cast<std::size_t>(j)] = j * ld + 2;
+    for (const bool add : {false, true})
+      for (const bool with_bias : {false, true}) {
+        xt::xtensor<float, 1> got = old, want = old;
+        ASSERT_TRUE(xshard::detail::store_tile_columns_avx2<NR>(R, tile.data(), got.data(), col.data(), add,
+                                                                with_bias ? bias.data() : nullptr));
+        for (int j = 0; j < NR; ++j)
+          for (int i = 0; i < R; ++i) {
+            float& d = want(static_cast<std::size_t>(col[static_cast<std::size_t>(j)] + i));
+            float v = add ? d + tile(static_cast<std::size_t>(i * NR + j)) : tile(static_cast<std::size_t>(i * NR + j));
+            if (with_bias) v += bias(static_cast<std::size_t>(i));
+            d = v;
+          }
+        EXPECT_TRUE(got == want) << R << " x " << NR << (add ? ", add" : "") << (with_bias ? ", row bias" : "");
+      }
+  };
+  check.operator()<4, 16>();
+  check.operator()<6, 16>();
+  check.operator()<4, 32>();
+  check.operator()<8, 32>();
+  check.operator()<12, 32>();
+  EXPECT_FALSE(xshard::detail::store_tile_columns_avx2<16>(3, nullptr, nullptr, nullptr, false, nullptr));
+#else
+  GTEST_SKIP() << "no x86-64 kernels in this build";
+#endif
 }
 
 TEST(EinsumBlocking, TransposedOperandsAndOutput) {

@@ -83,17 +83,35 @@ struct gemm_problem {
   bool accumulate = false;            ///< C += (else C =)
   /// C = A B + bias[j] (C's column j's value; the epilogue's bias add,
   /// after the last K block's sum): N values and zeros up to a whole NR
-  /// panel past them. Not with accumulate.
+  /// panel past them. Not with accumulate. Row i's value bias[i] while
+  /// `transposed`.
   const T* bias = nullptr;
-  /// uniform_stride of a_m, a_k, b_n, b_k and c_n (describe() sets them
-  /// once the tables are filled).
-  stride_info m_a, k_a, n_b, k_b, n_c;
+  /// Whether the problem runs as C^T = B^T A^T (transpose()): the tables
+  /// and strides of A and B, M and N swapped, the bias along C's rows.
+  bool transposed = false;
+  /// uniform_stride of a_m, a_k, b_n, b_k, c_m and c_n (describe() sets
+  /// them once the tables are filled).
+  stride_info m_a, k_a, n_b, k_b, m_c, n_c;
   void describe() {
     m_a = uniform_stride(a_m);
     k_a = uniform_stride(a_k);
     n_b = uniform_stride(b_n);
     k_b = uniform_stride(b_k);
+    m_c = uniform_stride(c_m);
     n_c = uniform_stride(c_n);
+  }
+  /// C = A B as C^T = B^T A^T: B's columns become the rows, A's rows the
+  /// columns (swaps of the tables, no copies). Its own inverse.
+  void transpose() {
+    std::swap(a, b);
+    std::swap(a_batch, b_batch);
+    std::swap(a_m, b_n);
+    std::swap(c_m, c_n);
+    std::swap(a_k, b_k);
+    std::swap(m_a, n_b);
+    std::swap(k_a, k_b);
+    std::swap(m_c, n_c);
+    transposed = !transposed;
   }
 };
 
@@ -399,7 +417,7 @@ inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::siz
 template <class T>
 struct gemm_share_state {
   stride_info m_a, k_a, n_b, k_b;
-  bool direct_a, direct_b, c_rows_contiguous;
+  bool direct_a, direct_b, c_rows_contiguous, c_columns_contiguous;
   T* ap;
   T* bp;
 };
@@ -430,8 +448,12 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
                      std::size_t mc, std::size_t j0, std::size_t nc, std::size_t p0, std::size_t kc, bool add) {
   constexpr int MR = Kernel::mr, NR = Kernel::nr;
   T* const cb = g.c + g.c_batch[bi];
-  // The epilogue's bias: added as the last K block stores C.
-  const T* const bias = g.bias && p0 + kc == g.a_k.size() ? g.bias + j0 : nullptr;
+  // The epilogue's bias: added as the last K block stores C, by column (in
+  // the kernel, from bias) or, transposed, by row (from row_bias[i], C's
+  // row i's).
+  const bool last_k = g.bias && p0 + kc == g.a_k.size();
+  const T* const bias = last_k && !g.transposed ? g.bias + j0 : nullptr;
+  const T* const row_bias = last_k && g.transposed ? g.bias : nullptr;
   alignas(64) T ctile[MR * NR];
   T* rows[MR];
   // One micro-kernel call: `used` rows (Kernel::rows_for) of A times the B
@@ -445,18 +467,39 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
     // written in this K block (c0 >= i0) and not accumulated into (!add):
     // the kernel writes them again with the same values (each row's sum is
     // its own, in the same k order, whatever the kernel's row count).
-    if (st.c_rows_contiguous && hi == used && nw == NR && (lo == 0 || (!add && c0 >= i0))) {
+    if (st.c_rows_contiguous && !row_bias && hi == used && nw == NR && (lo == 0 || (!add && c0 >= i0))) {
       for (int i = 0; i < used; ++i) rows[i] = cb + g.c_m[c0 + static_cast<std::size_t>(i)] + (j0 + jr);
       Kernel::run(used, kc, a, rs, cs, b, bs, rows, add, bias ? bias + jr : nullptr);
       return;
     }
     for (int i = 0; i < used; ++i) rows[i] = ctile + i * NR;
     Kernel::run(used, kc, a, rs, cs, b, bs, rows, false, nullptr);
-    const T* const bj = bias ? bias + jr : nullptr;  // added after C's own value, as in the kernel
+    // The biases are added after C's own value, as in the kernel.
+    const T* const bj = bias ? bias + jr : nullptr;
+    auto store = [&](T& dst, T v, int i, std::size_t j) {
+      v = add ? dst + v : v;
+      if (bj) v += bj[j];
+      if (row_bias) v += row_bias[c0 + static_cast<std::size_t>(i)];
+      dst = v;
+    };
+    if (!st.c_rows_contiguous && st.c_columns_contiguous) {  // (transposed) a column of the tile at a time
+#if XSHARD_GEMM_X86
+      if constexpr (Kernel::x86_packing && std::is_same_v<T, float>)
+        if (lo == 0 && hi == used && nw == NR && !bj &&
+            store_tile_columns_avx2<NR>(used, ctile, cb + g.c_m[c0], g.c_n.data() + (j0 + jr), add,
+                                        row_bias ? row_bias + c0 : nullptr))
+          return;
+#endif
+      for (std::size_t j = 0; j < nw; ++j) {
+        T* const col = cb + g.c_n[j0 + jr + j] + g.c_m[c0];
+        for (int i = lo; i < hi; ++i) store(col[i], ctile[i * NR + static_cast<int>(j)], i, j);
+      }
+      return;
+    }
     for (int i = lo; i < hi; ++i) {
       T* const crow = cb + g.c_m[c0 + static_cast<std::size_t>(i)];
       const T* const src = ctile + i * NR;
-      if (st.c_rows_contiguous && nw == NR) {  // a full row of the tile, contiguous: a loop of NR
+      if (st.c_rows_contiguous && nw == NR && !row_bias) {  // a full row of the tile, contiguous: a loop of NR
         T* const dst = crow + (j0 + jr);
         if (add)
           for (int j = 0; j < NR; ++j) dst[j] += src[j];
@@ -466,11 +509,7 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
           for (int j = 0; j < NR; ++j) dst[j] += bj[j];
         continue;
       }
-      for (std::size_t j = 0; j < nw; ++j) {
-        T& dst = crow[g.c_n[j0 + jr + j]];
-        dst = add ? dst + src[j] : src[j];
-        if (bj) dst += bj[j];
-      }
+      for (std::size_t j = 0; j < nw; ++j) store(crow[g.c_n[j0 + jr + j]], src[j], i, j);
     }
   };
   auto a_row = [&](std::size_t i) { return g.a + g.a_batch[bi] + g.a_m[i] + static_cast<std::ptrdiff_t>(p0); };
@@ -544,8 +583,9 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
   constexpr std::size_t MC = (B::mc + MR - 1) / MR * MR, NC = (B::nc + NR - 1) / NR * NR, KC = B::kc;
   const std::size_t K = g.a_k.size();
   thread_local aligned_buffer<T> abuf, bbuf;
-  gemm_share_state<T> st{g.m_a, g.k_a, g.n_b, g.k_b, false, false, false, abuf.get(MC * KC), bbuf.get(NC * KC)};
+  gemm_share_state<T> st{g.m_a, g.k_a, g.n_b, g.k_b, false, false, false, false, abuf.get(MC * KC), bbuf.get(NC * KC)};
   st.c_rows_contiguous = g.n_c.uniform && g.n_c.stride == 1;
+  st.c_columns_contiguous = g.m_c.uniform && g.m_c.stride == 1;
   st.direct_a = reads_a_in_place<T>(st.m_a, st.k_a);
   st.direct_b = reads_b_in_place<T>(st.n_b, st.k_b, r.m1 - r.m0);
   for (std::size_t bi = r.b0; bi < r.b1; ++bi) {
@@ -553,7 +593,8 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
       T* const cb = g.c + g.c_batch[bi];
       if (!g.accumulate)
         for (std::size_t i = r.m0; i < r.m1; ++i)
-          for (std::size_t j = r.n0; j < r.n1; ++j) cb[g.c_m[i] + g.c_n[j]] = g.bias ? g.bias[j] : T(0);
+          for (std::size_t j = r.n0; j < r.n1; ++j)
+            cb[g.c_m[i] + g.c_n[j]] = g.bias ? g.bias[g.transposed ? i : j] : T(0);
       continue;
     }
     for (std::size_t j0 = r.n0; j0 < r.n1; j0 += NC) {
@@ -575,8 +616,10 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
   }
 }
 
+/// C = A B as g describes it, split over the thread pool (gemm_thread_grid)
+/// when it is large enough to pay for waking a worker.
 template <class T, class Kernel>
-void gemm_driver(const gemm_problem<T>& g) {
+void gemm_run(const gemm_problem<T>& g) {
   const std::size_t M = g.a_m.size(), N = g.b_n.size(), K = g.a_k.size(), batches = g.a_batch.size();
   if (M == 0 || N == 0 || batches == 0) return;
   const std::size_t flops = 2 * M * N * std::max<std::size_t>(K, 1) * batches;
@@ -598,9 +641,45 @@ void gemm_driver(const gemm_problem<T>& g) {
   });
 }
 
+/// Whether C = A B runs faster as C^T = B^T A^T (gemm_problem::transpose):
+/// for few rows of C (<= direct_b_max_rows) times a B that would be packed
+/// (its rows not contiguous along N) but whose columns are contiguous along
+/// K, so that B^T's rows are read in place as A. Then only A^T (K x M, the
+/// few rows) is packed instead of B (K x N), and C^T's tiles are stored a
+/// column of C at a time (C's rows contiguous). The cost: MR x NR tiles'
+/// multiply-adds, plus `pack_cost` per element packed and `store_cost` per
+/// element of C stored through the tile buffer. This is the forward x W^T
+/// of a linear layer on a training step's 32-64 rows (W [N, K] row-major),
+/// whose W^T would be packed again at every call for a few rows of x.
+template <class T>
+bool runs_transposed(const gemm_problem<T>& g, std::size_t mr, std::size_t nr) {
+  constexpr std::size_t pack_cost = 16, store_cost = 8;
+  const std::size_t M = g.a_m.size(), N = g.b_n.size(), K = g.a_k.size();
+  if (K == 0 || M > direct_b_max_rows || !g.n_c.uniform || g.n_c.stride != 1) return false;
+  if (reads_b_in_place<T>(g.n_b, g.k_b, M) || !reads_a_in_place<T>(g.n_b, g.k_b)) return false;
+  auto up = [](std::size_t x, std::size_t y) { return (x + y - 1) / y * y; };
+  const std::size_t packs_a = reads_a_in_place<T>(g.m_a, g.k_a) ? 0 : K * M;
+  const std::size_t as_is = up(M, mr) * up(N, nr) * K + pack_cost * (K * N + packs_a);
+  const std::size_t transposed = up(N, mr) * up(M, nr) * K + pack_cost * K * M + store_cost * M * N;
+  return transposed < as_is;
+}
+
+/// Runs g as it is or transposed (runs_transposed): transposed in place
+/// for the run (the tables swap, nothing is copied) and back after it.
+template <class T, class Kernel>
+void gemm_driver(gemm_problem<T>& g) {
+  if (!runs_transposed(g, Kernel::mr, Kernel::nr)) return gemm_run<T, Kernel>(g);
+  struct transposed_for_the_run {
+    gemm_problem<T>& g;
+    explicit transposed_for_the_run(gemm_problem<T>& p) : g(p) { g.transpose(); }
+    ~transposed_for_the_run() { g.transpose(); }
+  } scope(g);
+  gemm_run<T, Kernel>(g);
+}
+
 template <class T>
 struct gemm_by_arch {
-  const gemm_problem<T>* g;
+  gemm_problem<T>* g;
   /// The ISA's kernel at MR = Ops::rows, and at fewer rows (multiples of 3)
   /// for the last rows of M.
   template <class Ops>
@@ -705,7 +784,7 @@ void run_reduce(const reduce_problem<T>& r) {
 
 /// Runs a GEMM problem with the best micro-kernel for this CPU.
 template <class T>
-void run_gemm(const gemm_problem<T>& g) {
+void run_gemm(gemm_problem<T>& g) {
 #if XSHARD_GEMM_X86
   // XSHARD_ISA caps the kernel (core/isa.hpp): avx2 or generic below the
   // CPU's widest, for same-machine comparisons.

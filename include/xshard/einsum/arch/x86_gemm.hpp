@@ -124,6 +124,82 @@ XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE void store_first_avx2(float* p, simd::m2
   }
 }
 
+/// Loads the first W (4, 6 or 8) floats at p (unaligned), the rest zero: the
+/// loads store_first_avx2 mirrors, reading nothing past p + W.
+template <int W>
+XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE simd::m256 load_first_avx2(const float* p) {
+  static_assert(W == 4 || W == 6 || W == 8, "load_first_avx2: 4, 6 or 8 floats");
+  if constexpr (W == 8) {
+    return simd::mm256_loadu_ps(p);
+  } else {
+    typedef float f4_u __attribute__((vector_size(16), may_alias, aligned(1)));
+    typedef float f2_u __attribute__((vector_size(8), may_alias, aligned(1)));
+    typedef float f2 __attribute__((vector_size(8)));
+    const f4_u lo = *reinterpret_cast<const f4_u*>(p);
+    f2 two = {0.0f, 0.0f};
+    if constexpr (W == 6) two = *reinterpret_cast<const f2_u*>(p + 4);
+    const f2 zero = {0.0f, 0.0f};
+    const auto hi = __builtin_shufflevector(two, zero, 0, 1, 2, 3);
+    return (simd::m256)__builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+  }
+}
+
+/// C's column of W (4, 6 or 8) floats at d from a tile's column v:
+/// (d + v) + bias with add, else v + bias (bias null: none).
+template <int W>
+XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE void store_column_avx2(float* d, simd::m256 v, bool add, const float* bias) {
+  if (add) v = simd::mm256_add_ps(load_first_avx2<W>(d), v);
+  if (bias) v = simd::mm256_add_ps(v, load_first_avx2<W>(bias));
+  store_first_avx2<W>(d, v);
+}
+
+/// Stores a tile of R (4, 6, 8 or 12) rows of NR floats (row-major at tile)
+/// into C column by column, where C's column j holds the tile's R values of
+/// column j contiguously at c + col[j] (a GEMM run transposed, its C^T
+/// tiles): eight columns at a time transposed in registers
+/// (transpose8_avx2), each then one load (with add) and one store, where an
+/// element at a time took NR x R scalar stores. C = (C + tile) + row_bias[i]
+/// with add, else tile + row_bias[i] (row_bias null: none): the order of
+/// the scalar store.
+template <int R, int NR>
+XSHARD_TARGET_AVX2 void store_tile_columns_avx2(const float* tile, float* c, const std::ptrdiff_t* col, bool add,
+                                                const float* row_bias) {
+  static_assert(NR % 8 == 0 && (R == 4 || R == 6 || R == 8 || R == 12), "store_tile_columns_avx2: R x NR");
+  constexpr int groups = (R + 7) / 8;
+  for (int j0 = 0; j0 < NR; j0 += 8) {
+    simd::m256 r[groups][8];
+    for (int g = 0; g < groups; ++g) {
+      for (int q = 0; q < 8; ++q)
+        r[g][q] = 8 * g + q < R ? simd::mm256_loadu_ps(tile + (8 * g + q) * NR + j0) : simd::mm256_setzero_ps();
+      transpose8_avx2(r[g]);
+    }
+    for (int q = 0; q < 8; ++q) {
+      float* const d = c + col[j0 + q];
+      store_column_avx2<(R < 8 ? R : 8)>(d, r[0][q], add, row_bias);
+      if constexpr (R > 8) store_column_avx2<R - 8>(d + 8, r[1][q], add, row_bias ? row_bias + 8 : nullptr);
+    }
+  }
+}
+
+/// store_tile_columns_avx2 for a tile of `rows` rows; false (nothing
+/// stored) for a row count it has no variant for.
+template <int NR>
+inline bool store_tile_columns_avx2(int rows, const float* tile, float* c, const std::ptrdiff_t* col, bool add,
+                                    const float* row_bias) {
+  switch (rows) {
+    case 4:
+      return store_tile_columns_avx2<4, NR>(tile, c, col, add, row_bias), true;
+    case 6:
+      return store_tile_columns_avx2<6, NR>(tile, c, col, add, row_bias), true;
+    case 8:
+      return store_tile_columns_avx2<8, NR>(tile, c, col, add, row_bias), true;
+    case 12:
+      return store_tile_columns_avx2<12, NR>(tile, c, col, add, row_bias), true;
+    default:
+      return false;
+  }
+}
+
 /// Packs NR float columns of B, each contiguous along k (column j starts at
 /// cols[j]), for k in [0, kc) into a panel holding b[p * NR + j]: eight
 /// columns by eight k at a time, transposed in registers (transpose8_avx2),
