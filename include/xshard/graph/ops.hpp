@@ -1034,6 +1034,13 @@ constexpr axis_set splitting_axes(std::size_t d) {
   return s;
 }
 
+/// Dim d of an operand X, counted from the end when negative (softmax's and
+/// log_softmax's Dim = -1: the last).
+template <class X>
+constexpr std::size_t resolved_dim(int d) {
+  return d < 0 ? std::remove_cvref_t<X>::rank - static_cast<std::size_t>(-d) : static_cast<std::size_t>(d);
+}
+
 /// The axes that split dim d of an operand X of a reduction along d
 /// (softmax, log_softmax, layer_norm, rms_norm): splitting_axes for a
 /// sharded X, none for a plain tensor. Non-zero picks the rule's partial
@@ -1119,7 +1126,7 @@ auto split_softmax_backward(const G& g, const Y& y, std::size_t d, axis_set axes
 template <int Dim>
 struct rule<softmax_op<Dim>> {
   template <class X>
-  static constexpr std::size_t dim = Dim < 0 ? std::remove_cvref_t<X>::rank + Dim : static_cast<std::size_t>(Dim);
+  static constexpr std::size_t dim = detail::resolved_dim<X>(Dim);
   template <class X>
   static constexpr axis_set split = detail::reduced_dim_split<X>(dim<X>);
   template <class X>
@@ -1205,7 +1212,7 @@ void log_softmax_backward_rows(const T* g, const T* y, T* dx, const around_dim& 
 template <int Dim>
 struct rule<log_softmax_op<Dim>> {
   template <class X>
-  static constexpr std::size_t dim = Dim < 0 ? std::remove_cvref_t<X>::rank + Dim : static_cast<std::size_t>(Dim);
+  static constexpr std::size_t dim = detail::resolved_dim<X>(Dim);
   template <class X>
   static constexpr axis_set split = detail::reduced_dim_split<X>(dim<X>);
   /// The all-reduce of row statistics over the devices splitting the dim.
