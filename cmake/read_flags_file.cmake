@@ -24,3 +24,18 @@ function(xshard_read_flags_file file implicit_includes out)
   endforeach()
   set(${out} "${flags}" PARENT_SCOPE)
 endfunction()
+
+# xshard_must_compile(<compiler> <flags list> <source> <message>): compiles
+# the source with -fsyntax-only and the flags; if that fails, prints what the
+# compiler said and stops with the message. Shared by the same drivers.
+function(xshard_must_compile compiler flags source what)
+  execute_process(
+    COMMAND "${compiler}" ${flags} -fsyntax-only "${source}"
+    RESULT_VARIABLE result
+    OUTPUT_VARIABLE output
+    ERROR_VARIABLE output)
+  if(NOT result EQUAL 0)
+    message("${output}")
+    message(FATAL_ERROR "${what}")
+  endif()
+endfunction()

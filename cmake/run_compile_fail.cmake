@@ -38,15 +38,8 @@ include(${CMAKE_CURRENT_LIST_DIR}/read_flags_file.cmake)
 xshard_read_flags_file("${FLAGS_FILE}" "${IMPLICIT_INCLUDES}" flags)
 
 if(NOT DEFINED TWIN OR TWIN)
-  execute_process(
-    COMMAND "${COMPILER}" ${flags} -fsyntax-only "${SOURCE}"
-    RESULT_VARIABLE twin_result
-    OUTPUT_VARIABLE twin_output
-    ERROR_VARIABLE twin_output)
-  if(NOT twin_result EQUAL 0)
-    message("${twin_output}")
-    message(FATAL_ERROR "compile-fail: the positive twin of ${SOURCE} (without XSHARD_NEGATIVE) does not compile")
-  endif()
+  xshard_must_compile("${COMPILER}" "${flags}" "${SOURCE}"
+                      "compile-fail: the positive twin of ${SOURCE} (without XSHARD_NEGATIVE) does not compile")
 endif()
 
 execute_process(

@@ -33,13 +33,5 @@ if(DEFINED EXTRA_FLAGS_FILE AND NOT EXTRA_FLAGS_FILE STREQUAL "")
   list(APPEND flags ${extra})
 endif()
 
-execute_process(
-  COMMAND "${COMPILER}" ${flags} -fsyntax-only "${SOURCE}"
-  RESULT_VARIABLE result
-  OUTPUT_VARIABLE output
-  ERROR_VARIABLE output)
-if(NOT result EQUAL 0)
-  message("${output}")
-  message(FATAL_ERROR "compile-only: ${SOURCE} does not compile")
-endif()
+xshard_must_compile("${COMPILER}" "${flags}" "${SOURCE}" "compile-only: ${SOURCE} does not compile")
 message(STATUS "compile-only: ${SOURCE} compiles")
