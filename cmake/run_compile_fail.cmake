@@ -4,7 +4,7 @@
 # FLAGS_FILE holds the compile flags of an xshard test TU, one argument per
 # line (the first line is CMAKE_CXX_FLAGS, split like a shell command line);
 # tests/CMakeLists.txt generates it. The driver calls the compiler directly
-# with -fsyntax-only, twice:
+# with -fsyntax-only, twice (once with -DTWIN=OFF):
 #
 #   1. without XSHARD_NEGATIVE: must compile (the positive twin; skipped
 #      with -DTWIN=OFF, where another compiler's run checks it);

@@ -377,6 +377,15 @@ bool reads_b_in_place(const stride_info& n_b, const stride_info& k_b, std::size_
          rows <= direct_b_max_rows;
 }
 
+/// What packing one element costs the cost models below, in multiply-adds
+/// (gemm_thread_grid, runs_transposed).
+inline constexpr std::size_t gemm_pack_cost = 16;
+
+/// x / y rounded up, and x rounded up to a multiple of y (sizes; the
+/// int64 extents of sharding/ have their own detail::ceil_div).
+constexpr std::size_t div_up(std::size_t x, std::size_t y) { return (x + y - 1) / y; }
+constexpr std::size_t round_up(std::size_t x, std::size_t y) { return div_up(x, y) * y; }
+
 /// A rectangle of the (batch, M, N) index space: one thread's share.
 struct gemm_range {
   std::size_t b0, b1, m0, m1, n0, n1;
@@ -385,14 +394,13 @@ struct gemm_range {
 /// Splits (batches, M, N) over `threads` as a grid tb x tm x tn with
 /// tb * tm * tn == threads, choosing the grid whose largest share costs
 /// least: its multiply-adds (M and N rounded up to whole micro-tiles) plus
-/// the elements it packs, weighted as `pack_cost` multiply-adds each (B once
+/// the elements it packs, weighted as `gemm_pack_cost` multiply-adds each (B once
 /// per KC block; A once per NC block unless A is read in place). Ties keep
 /// the first grid found, which splits batches before M before N.
 inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::size_t M, std::size_t N, std::size_t K,
                                                    std::size_t threads, std::size_t mr, std::size_t nr, std::size_t nc,
                                                    bool packs_a) {
-  constexpr double pack_cost = 16;
-  auto ceil_div = [](std::size_t x, std::size_t y) { return (x + y - 1) / y; };
+  constexpr double pack_cost = gemm_pack_cost;
   std::array<std::size_t, 3> best{1, 1, 1};
   double best_cost = -1;
   for (std::size_t tb = threads; tb >= 1; --tb) {
@@ -400,11 +408,11 @@ inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::siz
     for (std::size_t tn = 1; tn <= threads / tb; ++tn) {
       if ((threads / tb) % tn) continue;
       const std::size_t tm = threads / tb / tn;
-      const double mb = static_cast<double>(ceil_div(ceil_div(M, tm), mr) * mr);
-      const double nb = static_cast<double>(ceil_div(ceil_div(N, tn), nr) * nr);
+      const double mb = static_cast<double>(round_up(div_up(M, tm), mr));
+      const double nb = static_cast<double>(round_up(div_up(N, tn), nr));
       const double k = static_cast<double>(K);
-      const double packed = k * nb + (packs_a ? k * mb * static_cast<double>(ceil_div(ceil_div(N, tn), nc)) : 0.0);
-      const double cost = static_cast<double>(ceil_div(batches, tb)) * (mb * nb * k + pack_cost * packed);
+      const double packed = k * nb + (packs_a ? k * mb * static_cast<double>(div_up(div_up(N, tn), nc)) : 0.0);
+      const double cost = static_cast<double>(div_up(batches, tb)) * (mb * nb * k + pack_cost * packed);
       if (best_cost < 0 || cost < best_cost) best_cost = cost, best = {tb, tm, tn};
     }
   }
@@ -647,20 +655,19 @@ void gemm_run(const gemm_problem<T>& g) {
 /// K, so that B^T's rows are read in place as A. Then only A^T (K x M, the
 /// few rows) is packed instead of B (K x N), and C^T's tiles are stored a
 /// column of C at a time (C's rows contiguous). The cost: MR x NR tiles'
-/// multiply-adds, plus `pack_cost` per element packed and `store_cost` per
+/// multiply-adds, plus `gemm_pack_cost` per element packed and `store_cost` per
 /// element of C stored through the tile buffer. This is the forward x W^T
 /// of a linear layer on a training step's 32-64 rows (W [N, K] row-major),
 /// whose W^T would be packed again at every call for a few rows of x.
 template <class T>
 bool runs_transposed(const gemm_problem<T>& g, std::size_t mr, std::size_t nr) {
-  constexpr std::size_t pack_cost = 16, store_cost = 8;
+  constexpr std::size_t pack_cost = gemm_pack_cost, store_cost = 8;
   const std::size_t M = g.a_m.size(), N = g.b_n.size(), K = g.a_k.size();
   if (K == 0 || M > direct_b_max_rows || !g.n_c.uniform || g.n_c.stride != 1) return false;
   if (reads_b_in_place<T>(g.n_b, g.k_b, M) || !reads_a_in_place<T>(g.n_b, g.k_b)) return false;
-  auto up = [](std::size_t x, std::size_t y) { return (x + y - 1) / y * y; };
   const std::size_t packs_a = reads_a_in_place<T>(g.m_a, g.k_a) ? 0 : K * M;
-  const std::size_t as_is = up(M, mr) * up(N, nr) * K + pack_cost * (K * N + packs_a);
-  const std::size_t transposed = up(N, mr) * up(M, nr) * K + pack_cost * K * M + store_cost * M * N;
+  const std::size_t as_is = round_up(M, mr) * round_up(N, nr) * K + pack_cost * (K * N + packs_a);
+  const std::size_t transposed = round_up(N, mr) * round_up(M, nr) * K + pack_cost * K * M + store_cost * M * N;
   return transposed < as_is;
 }
 
