@@ -29,7 +29,15 @@
 #               three ISAs. Under TSan they took 174 s of CPU on the Xeon of
 #               PERF-NOTES). This is the GCC
 #               build of the suite. The MPI tests' executables are
-#               compile-checked (CTest syntax.*), not built.
+#               compile-checked (CTest syntax.*), not built, and so are the
+#               runtime tests that start no threads of their own (kernels at
+#               the pool's default size, sharding tables, scans; the preset's
+#               XSHARD_SYNTAX_CHECK_TARGETS lists them): the pool, fibers,
+#               meshes, thread counts and the graph, decoder, optimizer and
+#               checkpoint tests that run them on threads are where TSan
+#               finds races, and asan-ubsan runs every test. GCC still
+#               compiles each of them (-fsyntax-only, with the runtime
+#               tests' PCH).
 #   fuzz        Clang 14 libFuzzer + ASan + UBSan: each fuzz target for 5
 #               seconds from its corpus (tests/fuzz, ctest -L fuzz).
 #   aarch64     Debian's aarch64 cross compiler: the whole library and the
