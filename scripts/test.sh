@@ -17,8 +17,9 @@
 #               build the train_mlp example at -O1 (XSHARD_EXAMPLE_OPTIMIZE:
 #               the example tests run it six times).
 #   tsan        GCC 12, Debug, ThreadSanitizer: builds and runs every test
-#               (but the compile-checked ones below) except the MPI ones (the
-#               tsan test preset excludes label mpi: Open MPI is not built with TSan, and under it
+#               (but the compile-checked ones below) except the MPI ones
+#               (the tsan test preset excludes label mpi: Open MPI is not
+#               built with TSan, and under it
 #               MPI_Init alone reports races and a lock-order inversion among
 #               Open MPI's own threads; each rank is a single-threaded
 #               process of ours, and asan-ubsan runs them) and label isa
