@@ -32,8 +32,11 @@
 #               build of the suite. The MPI tests' executables are
 #               compile-checked (CTest syntax.*), not built, and so are the
 #               runtime tests that start no threads of their own (kernels at
-#               the pool's default size, sharding tables, scans; the preset's
-#               XSHARD_SYNTAX_CHECK_TARGETS lists them): the pool, fibers,
+#               the pool's default size, sharding tables, scans; listed in
+#               tests/CMakeLists.txt's xshard_thread_free_tests, which the
+#               preset's XSHARD_SYNTAX_CHECK_THREAD_FREE_TESTS turns on;
+#               configuring fails if one of them names a thread mesh, a
+#               fiber, the pool's size or a std::thread): the pool, fibers,
 #               meshes, thread counts and the graph, decoder, optimizer and
 #               checkpoint tests that run them on threads are where TSan
 #               finds races, and asan-ubsan runs every test. GCC still
