@@ -95,7 +95,11 @@ std::uint64_t digest(const std::vector<DenseBlock::params>& ps) {
 }
 
 void print_mesh_plan(xshard::remat policy) {
-  std::cout << "== mesh: data=2, model=2 (4 devices, one thread each); scan_layers over stacked parameters; remat "
+  // The worker threads thread_mesh's default constructor starts (devices
+  // that share one run as fibers).
+  const std::int64_t workers = xshard::default_mesh_threads(Mesh::size());
+  std::cout << "== mesh: data=2, model=2 (" << Mesh::size() << " devices on " << workers << " worker thread"
+            << (workers == 1 ? "" : "s") << "); scan_layers over stacked parameters; remat "
             << xshard::remat_name(policy) << "\n\n";
   const std::array<std::int64_t, 2> x_shape{batch, width}, w_in_shape{hidden, width}, w_out_shape{width, hidden};
   std::cout << "activations x, y [batch, width] by spec (" << Layout::batch::text.view() << "):\n"

@@ -19,6 +19,8 @@ run_result train_mesh(const Dense::params& init, const options& o, std::size_t f
   run_result result;
   std::mutex mu;
   xshard::thread_mesh<Mesh> mesh;
+  std::cout << "== on " << mesh.workers() << " worker thread" << (mesh.workers() == 1 ? "" : "s")
+            << " (devices that share one run as fibers)\n";
   mesh.run([&](auto& dev) {
     run_result r = train_on<Layout>(dev, init, o, first_step, dev.id() == 0);
     std::lock_guard lock(mu);
@@ -56,7 +58,7 @@ void print_layer_plan(const char* what) {
 template <class Layout>
 void print_plans(const char* name) {
   using m = model<Layout>;
-  std::cout << "== layout " << name << " on the mesh data=2, model=2 (4 devices, one thread each)\n\n";
+  std::cout << "== layout " << name << " on the mesh data=2, model=2 (4 devices)\n\n";
   const std::array<std::int64_t, 3> act{batch, seq, width}, proj{heads, head_dim, width};
   std::cout << "activations between blocks [batch, seq, width] by spec (" << Layout::act::text.view() << "):\n"
             << xshard::visualize<Mesh, typename Layout::act>(act) << "\n";
