@@ -142,7 +142,8 @@ TEST(EinsumBlocking, EveryRowCountsTiles) {
 // in the last KC block, M = 151 partial row tiles). N = 347 makes B's block
 // (KC x N) larger than half of L2: the macro-kernel then holds each B
 // micro-panel while A's micro-panels go by (the AVX2 kernel's order; the
-// AVX-512 kernel's panel is too large for it). Against the naive loop, the
+// AVX-512 kernel's panel is too large for it), over A blocks of
+// blocking::mc_held_b = 48 rows (151 = 3 x 48 + 7). Against the naive loop, the
 // same for 1, 2 and 3 threads, and bit-identical to a contiguous copy of the
 // slice (A read in place: the same sums in the same order).
 TEST(EinsumBlocking, RowsPackedWhenStrideIsMultipleOf4KiB) {
