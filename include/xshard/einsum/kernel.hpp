@@ -199,13 +199,14 @@ struct blocking {
 #endif
   /// A's block when the macro-kernel holds B's micro-panel in L1
   /// (holds_b_micro_panel: AVX2's panels of KC x 16 floats; AVX-512's only
-  /// for a K block of 129-191). Each B micro-panel then meets the
-  /// block's C lines of one column strip, and C's rows are often a multiple
-  /// of 4 KiB apart (N = 1024 floats): 144 rows put 9 lines in each of 16
-  /// of the L2's 8-way sets. 48 rows put 3. Measured on the Zen 1 of the
-  /// issue's figures (AVX2, 32 KiB L1, 512 KiB L2), one thread: the
-  /// 1024 x 1024 x 4096 `...m,...n->mn` 1.3-1.6% faster, the 4096-row
-  /// `...n,mn->...m` and `...m,mn->...n` 0.5-1%.
+  /// for a K block of 129-191). Measured on the Zen 1 of the issue's
+  /// figures (AVX2, 32 KiB L1, 512 KiB L2), one thread, three paired
+  /// rounds: the 1024 x 1024 x 4096 `...m,...n->mn` 1.2-1.6% faster, the
+  /// 4096-row `...n,mn->...m` and `...m,mn->...n` 0.4-0.9% (72 and 96
+  /// rows fell between). The likely reason, not measured: each B
+  /// micro-panel meets the block's C lines of one column strip, and C's
+  /// rows are often a multiple of 4 KiB apart (N = 1024 floats), so 144
+  /// rows put 9 lines in each of 16 of the L2's 8-way sets, 48 rows 3.
 #ifdef XSHARD_GEMM_MC_HELD_B
   static constexpr std::size_t mc_held_b = XSHARD_GEMM_MC_HELD_B;
 #else
