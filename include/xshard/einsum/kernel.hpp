@@ -199,7 +199,7 @@ struct blocking {
 #endif
   /// A's block when the macro-kernel holds B's micro-panel in L1
   /// (holds_b_micro_panel: AVX2's panels of KC x 16 floats; AVX-512's only
-  /// for a K block of 129-191). Measured on the Zen 1 of the issue's
+  /// for a K block of 129-192). Measured on the Zen 1 of the issue's
   /// figures (AVX2, 32 KiB L1, 512 KiB L2), one thread, three paired
   /// rounds: the 1024 x 1024 x 4096 `...m,...n->mn` 1.2-1.6% faster, the
   /// 4096-row `...n,mn->...m` and `...m,mn->...n` 0.4-0.9% (72 and 96
