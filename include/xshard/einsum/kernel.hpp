@@ -465,10 +465,12 @@ constexpr bool holds_b_micro_panel(std::size_t kc, std::size_t nc) {
 /// only its last, narrower panel is there) and A in st.ap unless read in
 /// place: the MR x NR micro-tiles, edge tiles through a local tile; with A
 /// in place, a last tile of rows not a multiple of 3 runs over an
-/// overlapping window of A instead of packing. Loop order: holds_b_micro_panel.
+/// overlapping window of A instead of packing. Loop order: hold_b (the
+/// caller's holds_b_micro_panel, which also sizes A's block).
 template <class T, class Kernel>
 void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, std::size_t bi, std::size_t i0,
-                     std::size_t mc, std::size_t j0, std::size_t nc, std::size_t p0, std::size_t kc, bool add) {
+                     std::size_t mc, std::size_t j0, std::size_t nc, std::size_t p0, std::size_t kc, bool add,
+                     bool hold_b) {
   constexpr int MR = Kernel::mr, NR = Kernel::nr;
   T* const cb = g.c + g.c_batch[bi];
   // The epilogue's bias: added as the last K block stores C, by column (in
@@ -544,9 +546,9 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
     return {st.bp + jr * kc, NR};
   };
   const row_tiles<MR, Kernel::four> tiles(mc);
-  if (!st.direct_a && holds_b_micro_panel<T, NR>(kc, nc)) {
+  if (hold_b) {
     // B's block does not stay in L2: each B micro-panel stays in L1 while
-    // A's packed micro-panels (the MC x KC block, in L2) go past it.
+    // A's packed micro-panels (its block, in L2) go past it.
     for (std::size_t jr = 0; jr < nc; jr += NR) {
       const std::size_t nw = std::min<std::size_t>(NR, nc - jr);
       const auto [b, bs] = b_panel(jr, nw);
@@ -629,13 +631,15 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
         if (packed_from < nc)
           pack_b<T, NR, Kernel::x86_packing>(g, g.b_batch[bi], p0, kc, j0 + packed_from, nc - packed_from,
                                              st.bp + packed_from * kc, st.n_b, st.k_b);
-        // A's block: fewer rows when the macro-kernel will hold B's micro-panels (blocking::mc_held_b).
-        const std::size_t block = !st.direct_a && holds_b_micro_panel<T, NR>(kc, nc) ? MC_held_b : MC;
+        // The macro-kernel's loop order, and A's block: fewer rows when it
+        // holds B's micro-panels (blocking::mc_held_b).
+        const bool hold_b = !st.direct_a && holds_b_micro_panel<T, NR>(kc, nc);
+        const std::size_t block = hold_b ? MC_held_b : MC;
         for (std::size_t i0 = r.m0; i0 < r.m1; i0 += block) {
           const std::size_t mc = std::min(block, r.m1 - i0);
           if (!st.direct_a)
             pack_a<T, MR, Kernel::four, Kernel::x86_packing>(g, g.a_batch[bi], i0, mc, p0, kc, st.ap, st.m_a, st.k_a);
-          gemm_macro_tile<T, Kernel>(g, st, bi, i0, mc, j0, nc, p0, kc, g.accumulate || p0 > 0);
+          gemm_macro_tile<T, Kernel>(g, st, bi, i0, mc, j0, nc, p0, kc, g.accumulate || p0 > 0, hold_b);
         }
       }
     }
