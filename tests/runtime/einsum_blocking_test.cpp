@@ -192,6 +192,42 @@ TEST(EinsumBlocking, BRowsReadInPlaceForFewRows) {
   }
 }
 
+// The thread grid counts B's packing only where a share packs it
+// (detail::gemm_thread_grid): a split of M whose shares have at most
+// direct_b_max_rows rows reads B in place. The costs, from the rule (6-row
+// kernel, 16 columns, NC 1024, A packed, a packed element weighing 16
+// multiply-adds), for a weight gradient M 128 x N 512 x K 64 on 2 threads:
+//   M split: 66 rows x 512 x 64 + 16 (64 x 66 of A)                = 2 230 272
+//   N split: 132 x 256 x 64 + 16 (64 x 256 of B + 64 x 132 of A)    = 2 560 000
+//   M split, B packed: 66 x 512 x 64 + 16 (64 x 512 + 64 x 66)      = 2 754 560
+// and M 256 (4 threads): M in 4 shares of 66 rows 2 230 272, M x N 2 x 2
+// 2 560 000, N in 4 (258 rows, B packed) 2 508 800, and M in 4 with B
+// packed 2 754 560. Row splits of 258 or more rows pack B either way.
+TEST(EinsumBlocking, ThreadGridCountsBReadInPlace) {
+  using A = std::array<std::size_t, 3>;
+  const auto grid = [](std::size_t m, std::size_t n, std::size_t threads, bool b_in_place) {
+    return xshard::detail::gemm_thread_grid(1, m, n, 64, threads, 6, 16, 1024, true, b_in_place);
+  };
+  EXPECT_EQ(grid(128, 512, 2, true), (A{1, 2, 1}));
+  EXPECT_EQ(grid(128, 512, 2, false), (A{1, 1, 2}));
+  EXPECT_EQ(grid(256, 512, 4, true), (A{1, 4, 1}));
+  EXPECT_EQ(grid(256, 512, 4, false), (A{1, 1, 4}));
+  EXPECT_EQ(grid(512, 128, 2, true), (A{1, 2, 1}));
+  EXPECT_EQ(grid(512, 128, 2, false), (A{1, 2, 1}));
+  // That product (A = dy^T packed, B = g read in place by 66-row shares):
+  // the naive loop's values, the same bits at 1, 2 and 3 threads.
+  xt::random::seed(8);
+  const xt::xtensor<float, 2> dy = xt::random::randn<float>({std::size_t{64}, std::size_t{128}});
+  const xt::xtensor<float, 2> g = xt::random::randn<float>({std::size_t{64}, std::size_t{512}});
+  const auto c = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"bm,bn->mn">(dy, g)); });
+  const auto want = naive(
+      1, 128, 512, 64, [&](std::size_t, std::size_t i, std::size_t p) { return double(dy(p, i)); },
+      [&](std::size_t, std::size_t p, std::size_t j) { return double(g(p, j)); });
+  expect_close(
+      want, 1, 128, 512, 64, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); },
+      "bm,bn->mn, M 128 x N 512 x K 64");
+}
+
 // A linear layer's forward, x W^T, on few rows of x (<= detail::
 // direct_b_max_rows): W^T would be packed again at every call, so the driver
 // runs C^T = W x^T (detail::runs_transposed), W's rows read in place and

@@ -226,10 +226,11 @@ TEST(ParallelComposites, SgdUpdatesEveryElementByTheFormula) {
 }
 
 // An optimizer updates all its tensors in one parallel region (and
-// layer_updates all of a layer's): the threads' element ranges cut across
-// tensor boundaries (three tensors of 20001, 7 and 30011 elements, one
-// region of three grains), and every element still gets the plain loop's
-// update with its own tensor's gradient and state, for 1, 2 and 3 threads.
+// layer_updates all of a layer's): each task takes its share of every
+// tensor (three tensors of 20001, 7 and 30011 elements, one region of three
+// grains; the 7 fall to the last task), and every element still gets the
+// plain loop's update with its own tensor's gradient and state, for 1, 2
+// and 3 threads.
 TEST(ParallelComposites, OneRegionOverSeveralTensorsIsEachTensorsUpdate) {
   using V = xt::xtensor<float, 1>;
   using Params = std::tuple<V, V, V>;

@@ -410,11 +410,18 @@ struct gemm_range {
 /// tb * tm * tn == threads, choosing the grid whose largest share costs
 /// least: its multiply-adds (M and N rounded up to whole micro-tiles) plus
 /// the elements it packs, weighted as `gemm_pack_cost` multiply-adds each (B once
-/// per KC block; A once per NC block unless A is read in place). Ties keep
+/// per KC block unless read in place; A once per NC block unless A is read
+/// in place). `b_in_place`: B's layout lets a share of at most
+/// direct_b_max_rows rows read it in place (reads_b_in_place), so a split of
+/// M that brings the shares down to that many rows packs no B. Ties keep
 /// the first grid found, which splits batches before M before N.
+/// (A weight gradient of a training step, M 128 x N 512 x K 64 with A
+/// packed: two shares of 66 rows that read B in place ran in 113 us at two
+/// threads on an AVX2 Zen 1, two of 256 columns that each pack half of B
+/// in 150-155 us.)
 inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::size_t M, std::size_t N, std::size_t K,
                                                    std::size_t threads, std::size_t mr, std::size_t nr, std::size_t nc,
-                                                   bool packs_a) {
+                                                   bool packs_a, bool b_in_place = false) {
   constexpr double pack_cost = gemm_pack_cost;
   std::array<std::size_t, 3> best{1, 1, 1};
   double best_cost = -1;
@@ -423,10 +430,13 @@ inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::siz
     for (std::size_t tn = 1; tn <= threads / tb; ++tn) {
       if ((threads / tb) % tn) continue;
       const std::size_t tm = threads / tb / tn;
-      const double mb = static_cast<double>(round_up(div_up(M, tm), mr));
+      const std::size_t rows = round_up(div_up(M, tm), mr);
+      const double mb = static_cast<double>(rows);
       const double nb = static_cast<double>(round_up(div_up(N, tn), nr));
       const double k = static_cast<double>(K);
-      const double packed = k * nb + (packs_a ? k * mb * static_cast<double>(div_up(div_up(N, tn), nc)) : 0.0);
+      const bool packs_b = !(b_in_place && rows <= direct_b_max_rows);
+      const double packed =
+          (packs_b ? k * nb : 0.0) + (packs_a ? k * mb * static_cast<double>(div_up(div_up(N, tn), nc)) : 0.0);
       const double cost = static_cast<double>(div_up(batches, tb)) * (mb * nb * k + pack_cost * packed);
       if (best_cost < 0 || cost < best_cost) best_cost = cost, best = {tb, tm, tn};
     }
@@ -661,7 +671,7 @@ void gemm_run(const gemm_problem<T>& g) {
     return;
   }
   const auto grid = gemm_thread_grid(batches, M, N, K, threads, Kernel::mr, Kernel::nr, blocking<T>::nc,
-                                     !reads_a_in_place<T>(g.m_a, g.k_a));
+                                     !reads_a_in_place<T>(g.m_a, g.k_a), reads_b_in_place<T>(g.n_b, g.k_b, 0));
   default_thread_pool().parallel_for(threads, [&](std::size_t t) {
     const std::size_t tb = t / (grid[1] * grid[2]), tm = (t / grid[2]) % grid[1], tn = t % grid[2];
     const auto [b0, b1] = split_range(batches, grid[0], tb, 1);

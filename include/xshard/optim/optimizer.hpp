@@ -74,9 +74,6 @@ namespace xshard {
 
 namespace detail {
 
-/// The ranges per thread an update cuts its elements into (update_segments).
-inline constexpr std::size_t update_pieces_per_thread = 4;
-
 /// The most state tensors an update rule may keep (AdamW's two).
 inline constexpr std::size_t max_rule_states = 2;
 
@@ -90,34 +87,36 @@ struct update_segment {
   std::size_t n;
 };
 
-/// The segments' elements, taken as one range, cut over the thread pool in
-/// one parallel region: each thread runs rule.update_range on the pieces of
-/// the segments its ranges cover. Several tensors cost one synchronisation,
-/// and the same bits as one call per tensor (each element's update is its
-/// own). update_pieces_per_thread ranges per thread, taken as threads come
-/// free: with one range each, the caller's range of a train_mlp layer's SGD
-/// took 29-34 us against the worker's 19-22 at two threads, and the region
-/// lasted as long as the caller's range.
+/// The segments over the thread pool in one parallel region: one task per
+/// thread (as many as parallel_ranges would use for all the elements), and
+/// task i runs rule.update_range on share i of every segment (split_range,
+/// on 16-element boundaries). Several tensors cost one synchronisation, and
+/// the same bits as one call per tensor (each element's update is its own).
+/// Each tensor is cut by itself, so a task's share of a weight is the block
+/// of its rows that a GEMM splitting the gradient's rows over as many
+/// threads wrote on the same thread (the pool's task i runs on the same
+/// thread call after call): the gradient is read in the core that wrote it.
+/// (Cut as one range of all the segments' elements, in four pieces per
+/// thread taken as threads came free, train_mlp's weight-gradient GEMMs at
+/// two threads on an AVX2 Zen 1 read back lines the update had pulled to
+/// the other core: 130 us for M 512 x N 128 x K 64 against 112.)
 template <class Rule, class T>
 void update_segments(const Rule& rule, std::span<const update_segment<T>> segs, T scale, std::int64_t t) {
   std::size_t total = 0;
   for (const update_segment<T>& sg : segs) total += sg.n;
-  parallel_ranges(
-      total, 16384,
-      [&](std::size_t lo, std::size_t hi) {
-        std::size_t at = 0;
-        for (const update_segment<T>& sg : segs) {
-          const std::size_t a = std::max(lo, at), b = std::min(hi, at + sg.n);
-          if (a < b) {
-            const std::size_t off = a - at;
-            std::array<T*, max_rule_states> s{};
-            for (std::size_t j = 0; j < s.size(); ++j) s[j] = sg.s[j] ? sg.s[j] + off : nullptr;
-            rule.update_range(sg.p + off, sg.g + off, scale, s.data(), b - a, t);
-          }
-          if ((at += sg.n) >= hi) break;
-        }
-      },
-      16, update_pieces_per_thread);
+  std::size_t tasks = total / parallel_grain;
+  if (tasks > 1) tasks = std::min(tasks, usable_threads());
+  const auto share = [&](std::size_t i, std::size_t parts) {
+    for (const update_segment<T>& sg : segs) {
+      const auto [a, b] = split_range(sg.n, parts, i, parallel_unit);
+      if (a >= b) continue;
+      std::array<T*, max_rule_states> s{};
+      for (std::size_t j = 0; j < s.size(); ++j) s[j] = sg.s[j] ? sg.s[j] + a : nullptr;
+      rule.update_range(sg.p + a, sg.g + a, scale, s.data(), b - a, t);
+    }
+  };
+  if (tasks <= 1) return share(0, 1);
+  default_thread_pool().parallel_for(tasks, [&](std::size_t i) { share(i, tasks); });
 }
 
 /// One tensor's n elements over the thread pool (Rule::update).
