@@ -344,11 +344,10 @@ TEST(NnLayers, MlpBlockEqualsTheHandWrittenOneBitForBit) {
   check(xshard::mlp_block<T, xshard::replicated_mlp, xshard::graph::gelu_kind::tanh>{}, tanh_ref);
 }
 
-// At a training step's size on a pool of two threads, each linear's two
-// gradient GEMMs (dW and dx) run side by side, one whole GEMM per thread
-// (graph::program's paired_gemms); on one thread, one after the other. Both
-// equal the hand-written block's gradients bit for bit.
-TEST(NnLayers, GradientGemmsSideBySideKeepTheBits) {
+// At a training step's size, each GEMM split over a pool of two threads
+// (a weight gradient's rows, an input gradient's columns): the gradients
+// equal the hand-written block's bit for bit, on one thread and on two.
+TEST(NnLayers, GradientsOnTwoThreadsKeepTheBits) {
   const auto p = random_params(128, 512, 18);
   xt::random::seed(19);
   const mat x = xt::random::randn<T>({64, 128}), gy = xt::random::randn<T>({64, 128});

@@ -37,7 +37,6 @@
 
 #include "../core/diagnostics.hpp"
 #include "../core/error.hpp"
-#include "../core/thread_pool.hpp"  // paired_gemms: two gradient GEMMs side by side
 #include "../core/workspace.hpp"
 #include "../trace/trace.hpp"
 #include "node.hpp"
@@ -596,12 +595,6 @@ inline std::string collectives_text(const node_plan& step, const mesh_axes& axes
   return s;
 }
 
-/// A rule whose operands' gradients are single GEMMs it can write in place
-/// (vjp_into), marked by `static constexpr bool gemm_vjp = true` (a rule
-/// without the member does not satisfy it).
-template <class Rule>
-concept gemm_vjp_rule = bool(Rule::gemm_vjp);
-
 // ---------------------------------------------------------------------------
 // The program of a result node R with leaves of declared types Decl
 // (std::tuple<input, params...>).
@@ -902,20 +895,9 @@ struct program {
                                  ? std::addressof(std::get<g[I].operands[K]>(v.slots).get())
                                  : nullptr),
          ...);
-        // Operands last to first; the first gets the cotangent itself. Or
-        // the first two operands' gradient GEMMs side by side, then the
-        // others'.
+        // Operands last to first; the first gets the cotangent itself.
         try {
-          bool paired = false;
-          if constexpr (pairs_gemms<I, Input>()) paired = paired_gemms<I>(ct, c, *gi);
-          if (!paired) {
-            (contribute<I, g[I].arity - 1 - K, Input>(ct, c, *gi), ...);
-          } else if constexpr (g[I].arity > 2) {
-            [&]<std::size_t... Rest>(std::index_sequence<Rest...>) {
-              (contribute<I, g[I].arity - 1 - Rest, Input>(ct, c, *gi), ...);
-            }
-            (std::make_index_sequence<g[I].arity - 2>{});
-          }
+          (contribute<I, g[I].arity - 1 - K, Input>(ct, c, *gi), ...);
         } catch (const error& e) {
           throw error(std::string(e.what()) + " (" + node_context(I, g[I]) + ", backward)");
         }
@@ -927,68 +909,6 @@ struct program {
   }
 
   static constexpr node_set<size> param_dependent = depends_on_params(g);
-
-  /// Whether node I's first two operands' gradients are two GEMMs the pool
-  /// can run side by side (paired_gemms): an einsum's (rule::gemm_vjp), of
-  /// operands that are distinct nodes, both wanted by this backward.
-  template <std::size_t I, bool Input>
-  static consteval bool pairs_gemms() {
-    if constexpr (g[I].kind == op_kind::leaf || g[I].arity < 2) {
-      return false;
-    } else if constexpr (!gemm_vjp_rule<rule<op_t<I>>>) {
-      return false;
-    } else {
-      for (std::size_t k = 0; k < g[I].arity; ++k)
-        for (std::size_t j = 0; j < k; ++j)
-          if (g[I].operands[j] == g[I].operands[k]) return false;
-      return Input || (param_dependent[g[I].operands[0]] && param_dependent[g[I].operands[1]]);
-    }
-  }
-
-  /// Node I's first two operands' gradients (a layer's dW and dx), each one
-  /// GEMM on one thread, the two side by side on the pool, then added to
-  /// their cotangents: on a few cores two GEMMs of a training step's size
-  /// run faster whole on one core each than one after the other split over
-  /// all (each split reads what the other core wrote). The same GEMMs, so the
-  /// same bits. Plain tensors only, on a pool of exactly two threads (a
-  /// third would sit idle: a task's own calls run serially), and only
-  /// operands big enough for a call to pay; false (nothing done) otherwise,
-  /// or where either gradient is not one GEMM.
-  template <std::size_t I, class CT, class C, class G>
-  static bool paired_gemms(CT& ct, const C& c, const G& gi) {
-    auto& to0 = std::get<g[I].operands[0]>(ct);
-    auto& to1 = std::get<g[I].operands[1]>(ct);
-    using T0 = typename std::remove_cvref_t<decltype(to0)>::value_type;
-    using T1 = typename std::remove_cvref_t<decltype(to1)>::value_type;
-    using E = typename T0::value_type;
-    constexpr bool plain = std::is_same_v<T0, xt::xtensor<E, detail::rank_v<T0>>> &&
-                           std::is_same_v<T1, xt::xtensor<E, detail::rank_v<T1>>> &&
-                           std::is_same_v<G, xt::xtensor<E, detail::rank_v<G>>> &&
-                           (std::is_same_v<E, float> || std::is_same_v<E, double>);
-    if constexpr (!plain) {
-      return false;
-    } else {
-      const auto& a0 = c.template operand<0>();
-      const auto& a1 = c.template operand<1>();
-      constexpr std::size_t min_elements = 4 * ::xshard::detail::parallel_grain;
-      if (usable_threads() != 2 || a0.size() + a1.size() + gi.size() < min_elements) return false;
-      T0 r0 = ::xshard::detail::fresh_tensor<E, detail::rank_v<T0>>(a0.shape());
-      T1 r1 = ::xshard::detail::fresh_tensor<E, detail::rank_v<T1>>(a1.shape());
-      std::array<bool, 2> ok{};
-      default_thread_pool().parallel_for(2, [&](std::size_t t) {
-        ok[t] =
-            t == 0 ? rule<op_t<I>>::template vjp_into<1>(r1, gi, c) : rule<op_t<I>>::template vjp_into<0>(r0, gi, c);
-      });
-      if (!(ok[0] && ok[1])) {
-        ::xshard::detail::recycle(std::move(r0));
-        ::xshard::detail::recycle(std::move(r1));
-        return false;
-      }
-      accumulate(to1, std::move(r1));
-      accumulate(to0, std::move(r0));
-      return true;
-    }
-  }
 
   template <std::size_t I, std::size_t K, bool Input, class CT, class C, class G>
   static void contribute(CT& ct, const C& c, G& gi) {

@@ -538,17 +538,6 @@ struct local_op {
   }
 };
 
-namespace detail {
-/// The gradient of operand K of the einsum Eq over c's first N operands,
-/// written into out when it is one GEMM (einsum_vjp_into): the vjp_into of
-/// rule<einsum_op> and of rule<einsum_bias_op> (whose last operand is the
-/// bias).
-template <fixed_string Eq, std::size_t K, std::size_t N, class Out, class G, class Y, class... A>
-bool einsum_operand_vjp_into(Out& out, const G& g, const vjp_context<Y, A...>& c) {
-  return c.template first_operands<N>([&](const auto&... a) { return ::xshard::einsum_vjp_into<Eq, K>(out, g, a...); });
-}
-}  // namespace detail
-
 template <fixed_string Eq>
 struct rule<einsum_op<Eq>> {
   template <class... A>
@@ -559,15 +548,6 @@ struct rule<einsum_op<Eq>> {
   static auto vjp(G&& g, const vjp_context<Y, A...>& c) {
     return c.template first_operands<sizeof...(A)>(
         [&](const auto&... a) { return ::xshard::einsum_vjp<Eq, K>(g, a...); });
-  }
-  /// vjp<K> written into `out` (operand K's shape) when it is one GEMM
-  /// (einsum_vjp_into); false, writing nothing, otherwise. The graph runs
-  /// two operands' gradient GEMMs side by side with it (graph.hpp's
-  /// pairs_gemms, for rules whose gemm_vjp is true).
-  static constexpr bool gemm_vjp = true;
-  template <std::size_t K, class Out, class G, class Y, class... A>
-  static bool vjp_into(Out& out, const G& g, const vjp_context<Y, A...>& c) {
-    return detail::einsum_operand_vjp_into<Eq, K, sizeof...(A)>(out, g, c);
   }
   template <class Y, class... A>
   static consteval node_collectives forward_collectives() {
@@ -933,15 +913,6 @@ struct rule<einsum_bias_op<Eq>> : local_op {
     return c.template first_operands<sizeof...(A) - 1>([&](const auto&... a) {
       return g.shape()[detail::rank_v<G> - 1] != ::xshard::detail::einsum_last_extent<Eq>(a...);
     });
-  }
-  /// As rule<einsum_op>::vjp_into for the einsum's operands (K < the
-  /// bias's position), when b did not broadcast the einsum's result.
-  static constexpr bool gemm_vjp = true;
-  template <std::size_t K, class Out, class G, class Y, class... A>
-  static bool vjp_into(Out& out, const G& g, const vjp_context<Y, A...>& c) {
-    constexpr std::size_t n = sizeof...(A) - 1;
-    static_assert(K < n, "xshard::graph: vjp_into is the einsum operands' (the bias's gradient is a sum)");
-    return !bias_broadcast(g, c) && detail::einsum_operand_vjp_into<Eq, K, n>(out, g, c);
   }
 };
 
