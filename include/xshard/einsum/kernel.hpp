@@ -418,7 +418,9 @@ struct gemm_range {
 /// (A weight gradient of a training step, M 128 x N 512 x K 64 with A
 /// packed: two shares of 66 rows that read B in place ran in 113 us at two
 /// threads on an AVX2 Zen 1, two of 256 columns that each pack half of B
-/// in 150-155 us.)
+/// in 150-155 us. gemm_run passes b_in_place only when K is one KC block:
+/// the same product over K = 1024 ran about 10% slower on shares that read
+/// B in place, 1024 strided rows of 2 KiB, than on shares that packed it.)
 inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::size_t M, std::size_t N, std::size_t K,
                                                    std::size_t threads, std::size_t mr, std::size_t nr, std::size_t nc,
                                                    bool packs_a, bool b_in_place = false) {
@@ -671,7 +673,8 @@ void gemm_run(const gemm_problem<T>& g) {
     return;
   }
   const auto grid = gemm_thread_grid(batches, M, N, K, threads, Kernel::mr, Kernel::nr, blocking<T>::nc,
-                                     !reads_a_in_place<T>(g.m_a, g.k_a), reads_b_in_place<T>(g.n_b, g.k_b, 0));
+                                     !reads_a_in_place<T>(g.m_a, g.k_a),
+                                     K <= blocking<T>::kc && reads_b_in_place<T>(g.n_b, g.k_b, 0));
   default_thread_pool().parallel_for(threads, [&](std::size_t t) {
     const std::size_t tb = t / (grid[1] * grid[2]), tm = (t / grid[2]) % grid[1], tn = t % grid[2];
     const auto [b0, b1] = split_range(batches, grid[0], tb, 1);
