@@ -385,11 +385,17 @@ bool reads_a_in_place(const stride_info& m_a, const stride_info& k_a) {
 /// (a training step's GEMMs of 32-64 rows re-pack every weight at every call
 /// otherwise). Full-width panels only; the last, narrower one is packed.
 inline constexpr std::size_t direct_b_max_rows = 96;
+/// The layout half of reads_b_in_place.
+template <class T>
+bool b_layout_in_place(const stride_info& n_b, const stride_info& k_b) {
+  const std::size_t row = static_cast<std::size_t>(k_b.stride < 0 ? -k_b.stride : k_b.stride) * sizeof(T);
+  return n_b.uniform && n_b.stride == 1 && k_b.uniform && k_b.stride != 0 && row % 4096 != 0;
+}
+/// The rows half of reads_b_in_place (also gemm_thread_grid's).
+constexpr bool few_rows_for_b_in_place(std::size_t rows) { return rows <= direct_b_max_rows; }
 template <class T>
 bool reads_b_in_place(const stride_info& n_b, const stride_info& k_b, std::size_t rows) {
-  const std::size_t row = static_cast<std::size_t>(k_b.stride < 0 ? -k_b.stride : k_b.stride) * sizeof(T);
-  return n_b.uniform && n_b.stride == 1 && k_b.uniform && k_b.stride != 0 && row % 4096 != 0 &&
-         rows <= direct_b_max_rows;
+  return b_layout_in_place<T>(n_b, k_b) && few_rows_for_b_in_place(rows);
 }
 
 /// What packing one element costs the cost models below, in multiply-adds
@@ -411,9 +417,9 @@ struct gemm_range {
 /// least: its multiply-adds (M and N rounded up to whole micro-tiles) plus
 /// the elements it packs, weighted as `gemm_pack_cost` multiply-adds each (B once
 /// per KC block unless read in place; A once per NC block unless A is read
-/// in place). `b_in_place`: B's layout lets a share of at most
-/// direct_b_max_rows rows read it in place (reads_b_in_place), so a split of
-/// M that brings the shares down to that many rows packs no B. Ties keep
+/// in place). `b_in_place`: B's layout lets a share of few enough rows read
+/// it in place (b_layout_in_place), so a split of M that brings the shares
+/// down to that many rows (few_rows_for_b_in_place) packs no B. Ties keep
 /// the first grid found, which splits batches before M before N.
 /// (A weight gradient of a training step, M 128 x N 512 x K 64 with A
 /// packed: two shares of 66 rows that read B in place ran in 113 us at two
@@ -436,7 +442,7 @@ inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::siz
       const double mb = static_cast<double>(rows);
       const double nb = static_cast<double>(round_up(div_up(N, tn), nr));
       const double k = static_cast<double>(K);
-      const bool packs_b = !(b_in_place && rows <= direct_b_max_rows);
+      const bool packs_b = !(b_in_place && few_rows_for_b_in_place(rows));
       const double packed =
           (packs_b ? k * nb : 0.0) + (packs_a ? k * mb * static_cast<double>(div_up(div_up(N, tn), nc)) : 0.0);
       const double cost = static_cast<double>(div_up(batches, tb)) * (mb * nb * k + pack_cost * packed);
@@ -672,9 +678,9 @@ void gemm_run(const gemm_problem<T>& g) {
     gemm_share<T, Kernel>(g, {0, batches, 0, M, 0, N});
     return;
   }
-  const auto grid = gemm_thread_grid(batches, M, N, K, threads, Kernel::mr, Kernel::nr, blocking<T>::nc,
-                                     !reads_a_in_place<T>(g.m_a, g.k_a),
-                                     K <= blocking<T>::kc && reads_b_in_place<T>(g.n_b, g.k_b, 0));
+  const auto grid =
+      gemm_thread_grid(batches, M, N, K, threads, Kernel::mr, Kernel::nr, blocking<T>::nc,
+                       !reads_a_in_place<T>(g.m_a, g.k_a), K <= blocking<T>::kc && b_layout_in_place<T>(g.n_b, g.k_b));
   default_thread_pool().parallel_for(threads, [&](std::size_t t) {
     const std::size_t tb = t / (grid[1] * grid[2]), tm = (t / grid[2]) % grid[1], tn = t % grid[2];
     const auto [b0, b1] = split_range(batches, grid[0], tb, 1);
