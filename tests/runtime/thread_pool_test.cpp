@@ -1,5 +1,5 @@
-// The thread pool (every index once per call, errors, nesting, concurrent
-// callers, sleeping and spinning workers), parallel_ranges' cover, and the
+// The thread pool (every index once per call, no task outside its call,
+// errors, nesting, concurrent callers, sleeping and spinning workers), parallel_ranges' cover, and the
 // composites, AdamW and SGD it splits: bit-identical for 1, 2 and 3 threads.
 // The graph's copies, element-wise operations and gain gradients it splits: equal to a
 // naive loop bit for bit at 1, 2 and 3 threads.
@@ -100,6 +100,28 @@ TEST(ThreadPool, ParallelForAllocatesNothing) {
   for (int call = 0; call < 20; ++call) pool.parallel_for(16, body);
   EXPECT_EQ(xshard_test::alloc_stats::thread_allocations() - before, 0u);
   for (const auto& h : hits) EXPECT_EQ(h.load(), 21);
+}
+
+TEST(ThreadPool, NoTaskRunsOutsideItsCall) {
+  // Five threads on fewer cores: workers join calls late, some after the
+  // call closed, and some wake from sleep (the pauses past their spin).
+  // None may run a task of a call that has returned, or take an index of
+  // the next call with the last one's job.
+  xshard::thread_pool pool(5);
+  std::atomic<int> current{-1}, stray{0};
+  for (int c = 0; c < 5000; ++c) {
+    const std::size_t n = static_cast<std::size_t>(c % 6 + 1);
+    std::vector<std::atomic<int>> hits(n);
+    current.store(c);
+    pool.parallel_for(n, [&, c](std::size_t i) {
+      if (current.load() != c) stray.fetch_add(1);
+      hits[i].fetch_add(1);
+    });
+    current.store(-1);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "call " << c << ", index " << i;
+    if (c % 1000 == 999) std::this_thread::sleep_for(std::chrono::microseconds(400));
+  }
+  EXPECT_EQ(stray.load(), 0);
 }
 
 TEST(ThreadPool, ConcurrentCallersAreServedOneCallAtATime) {
