@@ -64,8 +64,8 @@ void BM_openmp(benchmark::State& state) {
     hits.fetch_add(1, std::memory_order_relaxed);
   });
   if (hits.load() < 2 * static_cast<std::size_t>(state.iterations())) state.SkipWithError("a task did not run");
-  state.SetLabel("OMP_WAIT_POLICY=" +
-                 std::string(std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "(unset)"));
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  state.SetLabel(std::string("OMP_WAIT_POLICY=") + (policy ? policy : "(unset)"));
 }
 BENCHMARK(BM_openmp)->ArgName("gap")->Arg(0)->Arg(1)->UseManualTime()->MinTime(0.3);
 #endif

@@ -1,6 +1,7 @@
 // The thread pool (every index once per call, no task outside its call,
-// errors, nesting, concurrent callers, sleeping and spinning workers), parallel_ranges' cover, and the
-// composites, AdamW and SGD it splits: bit-identical for 1, 2 and 3 threads.
+// errors, nesting, concurrent callers, sleeping and spinning workers),
+// parallel_ranges' cover, and the composites, AdamW and SGD it splits:
+// bit-identical for 1, 2 and 3 threads.
 // The graph's copies, element-wise operations and gain gradients it splits: equal to a
 // naive loop bit for bit at 1, 2 and 3 threads.
 #include <gtest/gtest.h>

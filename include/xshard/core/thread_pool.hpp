@@ -111,9 +111,9 @@ class thread_pool {
   ///
   /// No lock is taken while the threads are awake: a call moves the
   /// generation's cache line and the counters' line between cores and
-  /// nothing else (bench/fork_join: 0.4-1.1 us per call on two vCPUs of an
-  /// AVX2 Zen 1 VM, against 0.9-10 us when the workers took a mutex to join
-  /// and to leave, and 1.8-2.2 us for an OpenMP parallel region).
+  /// nothing else (bench/fork_join: 0.37-0.94 us per call on two vCPUs of an
+  /// AVX2 Zen 1 VM, against 0.70-9.6 us when the workers took a mutex to
+  /// join and to leave, and 1.7-2.0 us for an OpenMP parallel region).
   void parallel_for(std::size_t n, task_ref f) {
     if (n == 0) return;
     if (n == 1 || workers_.empty() || inside_) {
@@ -128,10 +128,7 @@ class thread_pool {
     work_.next.store(1, std::memory_order_relaxed);  // task 0 is the caller's (below)
     work_.done.store(0, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-      std::lock_guard lock(mu_);
-      cv_.notify_all();
-    }
+    wake(cv_, sleepers_);
     run_tasks(f, n, true);
     // Wait for every task, close the call (an even generation: no worker
     // joins it any more), then wait for the workers that joined it to
@@ -173,13 +170,18 @@ class thread_pool {
   void wait_until(const Pred& pred) {
     spin_then_wait(pred, finished_, waiters_);
   }
+  /// After making a sleeper's predicate true: wakes cv's sleepers, if any
+  /// (spin_then_wait's counterpart).
+  void wake(std::condition_variable& cv, const std::atomic<std::size_t>& sleeping) {
+    if (sleeping.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard lock(mu_);
+      cv.notify_all();
+    }
+  }
   /// A worker leaves a call: the caller may be asleep waiting for it.
   void leave() {
     work_.active.fetch_sub(1, std::memory_order_seq_cst);
-    if (waiters_.load(std::memory_order_seq_cst) > 0) {
-      std::lock_guard lock(mu_);
-      finished_.notify_all();
-    }
+    wake(finished_, waiters_);
   }
 
   /// Runs tasks until none is left: the caller first runs task 0, then
@@ -209,10 +211,7 @@ class thread_pool {
       if (!error_) error_ = err;
     }
     work_.done.fetch_add(mine, std::memory_order_seq_cst);
-    if (!caller && waiters_.load(std::memory_order_seq_cst) > 0) {
-      std::lock_guard lock(mu_);
-      finished_.notify_all();
-    }
+    if (!caller) wake(finished_, waiters_);
   }
   /// A worker: waits for an open call (an odd generation it has not seen),
   /// joins it (counted in work_.active before it reads the job, and only
