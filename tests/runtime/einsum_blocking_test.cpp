@@ -197,23 +197,26 @@ TEST(EinsumBlocking, BRowsReadInPlaceForFewRows) {
 // direct_b_max_rows rows reads B in place. The costs, from the rule (6-row
 // kernel, 16 columns, NC 1024, A packed, a packed element weighing 16
 // multiply-adds), for a weight gradient M 128 x N 512 x K 64 on 2 threads:
-//   M split: 66 rows x 512 x 64 + 16 (64 x 66 of A)                = 2 230 272
+// multiply-adds, one read in place 4), for a weight gradient M 128 x N 512
+// x K 64 on 2 threads:
+//   M split: 66 rows x 512 x 64 + 16 (64 x 66 of A) + 4 (64 x 512 of B)
+//                                                                  = 2 361 344
 //   N split: 132 x 256 x 64 + 16 (64 x 256 of B + 64 x 132 of A)    = 2 560 000
 //   M split, B packed: 66 x 512 x 64 + 16 (64 x 512 + 64 x 66)      = 2 754 560
-// and M 256 (4 threads): M in 4 shares of 66 rows 2 230 272, M x N 2 x 2
+// and M 256 (4 threads): M in 4 shares of 66 rows 2 361 344, M x N 2 x 2
 // 2 560 000, N in 4 (258 rows, B packed) 2 508 800, and M in 4 with B
 // packed 2 754 560. Row splits of 258 or more rows pack B either way.
 TEST(EinsumBlocking, ThreadGridCountsBReadInPlace) {
-  using A = std::array<std::size_t, 3>;
+  using A = std::array<std::size_t, 4>;
   const auto grid = [](std::size_t m, std::size_t n, std::size_t threads, bool b_in_place) {
     return xshard::detail::gemm_thread_grid(1, m, n, 64, threads, 6, 16, 1024, true, b_in_place);
   };
-  EXPECT_EQ(grid(128, 512, 2, true), (A{1, 2, 1}));
-  EXPECT_EQ(grid(128, 512, 2, false), (A{1, 1, 2}));
-  EXPECT_EQ(grid(256, 512, 4, true), (A{1, 4, 1}));
-  EXPECT_EQ(grid(256, 512, 4, false), (A{1, 1, 4}));
-  EXPECT_EQ(grid(512, 128, 2, true), (A{1, 2, 1}));
-  EXPECT_EQ(grid(512, 128, 2, false), (A{1, 2, 1}));
+  EXPECT_EQ(grid(128, 512, 2, true), (A{1, 2, 1, 1}));
+  EXPECT_EQ(grid(128, 512, 2, false), (A{1, 1, 2, 1}));
+  EXPECT_EQ(grid(256, 512, 4, true), (A{1, 4, 1, 1}));
+  EXPECT_EQ(grid(256, 512, 4, false), (A{1, 1, 4, 1}));
+  EXPECT_EQ(grid(512, 128, 2, true), (A{1, 2, 1, 1}));
+  EXPECT_EQ(grid(512, 128, 2, false), (A{1, 2, 1, 1}));
   // That product (A = dy^T packed, B = g read in place by 66-row shares):
   // the naive loop's values, the same bits at 1, 2 and 3 threads.
   xt::random::seed(8);
@@ -308,6 +311,101 @@ TEST(EinsumBlocking, TransposedTileStoreGivesTheScalarBits) {
 #else
   GTEST_SKIP() << "no x86-64 kernels in this build";
 #endif
+}
+
+// K's blocks (detail::gemm_k_blocks): as few as KC = 384 allows, of one
+// size, a whole number of 64-byte lines, but the last; a function of K
+// alone.
+TEST(EinsumBlocking, KBlocksAreEqualAndAFunctionOfKAlone) {
+  using xshard::detail::gemm_k_blocks;
+  if constexpr (xshard::detail::blocking<float>::kc == 384) {
+    const auto is = [](xshard::detail::k_blocks kb, std::size_t count, std::size_t size) {
+      return kb.count == count && kb.size == size;
+    };
+    EXPECT_EQ(gemm_k_blocks<float>(0).count, 0u);
+    EXPECT_TRUE(is(gemm_k_blocks<float>(1), 1, 16));
+    EXPECT_TRUE(is(gemm_k_blocks<float>(64), 1, 64));
+    EXPECT_TRUE(is(gemm_k_blocks<float>(384), 1, 384));
+    EXPECT_TRUE(is(gemm_k_blocks<float>(385), 2, 208));  // 193 up to 13 lines; 208 + 177
+    EXPECT_TRUE(is(gemm_k_blocks<float>(512), 2, 256));  // not 384 + 128
+    EXPECT_TRUE(is(gemm_k_blocks<float>(768), 2, 384));
+    EXPECT_TRUE(is(gemm_k_blocks<float>(800), 3, 272));   // 272 + 272 + 256
+    EXPECT_TRUE(is(gemm_k_blocks<double>(512), 2, 256));  // lines of 8 doubles
+    EXPECT_TRUE(is(gemm_k_blocks<double>(1000), 3, 336));
+  }
+}
+
+// Split-K (detail::gemm_thread_grid's fourth entry, gemm_run_split_k): a
+// product with a small C and a K of a few blocks, one block per thread.
+// The costs (6-row kernel, 16 columns), for the second product of an MLP
+// block on a training step's 64 rows, a [64, 512] x W2 [512, 128] with A
+// and B read in place, K in two blocks of 256, on 2 threads:
+//   M split: 36 rows x 128 x 512 + 16 (512 x 128 of B: two K blocks pack
+//            it) + 4 (512 x 36 of A)                              = 3 481 600
+//   N split: 66 x 64 x 512 + 16 (512 x 64 of B) + 4 (512 x 66 of A) = 2 822 144
+//   split-K: 66 x 128 x 256 + 4 (256 x 128 of B + 256 x 66 of A)
+//            + 2 (64 x 128 partial)                                = 2 377 728
+// The forward's first product run as C^T = W1 x^T (512 rows of W1 read in
+// place, 64 columns of x^T packed, K 128): the rows split (258 x 64 x 128
+// + 16 (128 x 64) + 4 (128 x 258) = 2 376 704) costs less than the columns
+// (516 x 32 x 128 + 16 (128 x 32) + 4 (128 x 516) = 2 443 264): each
+// thread reads its own half of W1's rows, the half it later updates.
+TEST(EinsumBlocking, ThreadGridSplitsKForASmallC) {
+  using A = std::array<std::size_t, 4>;
+  using xshard::detail::gemm_thread_grid;
+  const xshard::detail::k_blocks two{2, 256}, three{3, 272};
+  EXPECT_EQ(gemm_thread_grid(1, 64, 128, 512, 2, 6, 16, 1024, false, true, two), (A{1, 1, 1, 2}));
+  EXPECT_EQ(gemm_thread_grid(1, 512, 64, 128, 2, 6, 16, 1024, false, false), (A{1, 2, 1, 1}));
+  EXPECT_EQ(gemm_thread_grid(1, 512, 64, 128, 2, 6, 16, 1024, false, false, {1, 128}), (A{1, 2, 1, 1}));
+  // Not split-K: more K blocks than threads, batches, or a C of more than
+  // gemm_split_k_max elements.
+  EXPECT_EQ(gemm_thread_grid(1, 64, 128, 800, 2, 6, 16, 1024, false, true, three)[3], 1u);
+  EXPECT_EQ(gemm_thread_grid(2, 64, 128, 512, 2, 6, 16, 1024, false, true, two)[3], 1u);
+  EXPECT_EQ(gemm_thread_grid(1, 256, 128, 512, 2, 6, 16, 1024, false, true, two)[3], 1u);
+}
+
+// Split-K's results: the naive loop's values and the same bits at 1, 2 and
+// 3 threads (two and three K blocks, C as it is and run as C^T with the
+// bias along its rows, C's rows a stride apart), and the bias added after
+// the sum, bit for bit as a separate +.
+TEST(EinsumBlocking, SplitKGivesTheOneThreadBits) {
+  xt::random::seed(9);
+  constexpr std::size_t m = 64, n = 128;
+  for (std::size_t k : {std::size_t{512}, std::size_t{800}, std::size_t{400}}) {
+    const std::string shape = " with K = " + std::to_string(k);
+    const xt::xtensor<float, 2> a = xt::random::randn<float>({m, k});
+    const xt::xtensor<float, 2> w = xt::random::randn<float>({k, n});  // [hidden, out]: read in place
+    const xt::xtensor<float, 2> wt = xt::transpose(w);                 // [out, hidden]: run as C^T
+    const xt::xtensor<float, 1> bias = xt::random::randn<float>({n});
+    const auto want = naive(
+        1, m, n, k, [&](std::size_t, std::size_t i, std::size_t p) { return double(a(i, p)); },
+        [&](std::size_t, std::size_t p, std::size_t j) { return double(w(p, j)); });
+    const auto check = [&](const auto& c, const std::string& what) {
+      expect_close(
+          want, 1, m, n, k, [&](std::size_t, std::size_t i, std::size_t j) { return double(c(i, j)); }, what + shape);
+    };
+    const auto c = same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"...m,mk->...k">(a, w)); });
+    check(c, "...m,mk->...k");
+    const auto ct =
+        same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"...m,km->...k">(a, wt)); });
+    check(ct, "...m,km->...k");
+    EXPECT_TRUE(c == ct) << shape;
+    const auto cb =
+        same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum_bias<"...m,mk->...k">(bias, a, w)); });
+    EXPECT_TRUE((cb == xt::xtensor<float, 2>(c + bias))) << shape;
+    const auto cbt = same_for_thread_counts(
+        [&] { return xt::xtensor<float, 2>(xshard::einsum_bias<"...m,km->...k">(bias, a, wt)); });
+    EXPECT_TRUE((cbt == xt::xtensor<float, 2>(c + bias))) << shape;
+    // Into C's columns [3, 131) of rows 140 apart.
+    const auto strided = same_for_thread_counts([&] {
+      xt::xtensor<float, 2> wide = xt::zeros<float>({m, n + 12});
+      auto view = xt::view(wide, xt::all(), xt::range(3, 3 + static_cast<long>(n)));
+      xshard::einsum_into<"ik,kj->ij">(view, a, w);
+      return wide;
+    });
+    EXPECT_TRUE((xt::view(strided, xt::all(), xt::range(3, 3 + static_cast<long>(n))) == c)) << shape;
+    EXPECT_TRUE(xt::all(xt::equal(xt::view(strided, xt::all(), xt::range(0, 3)), 0.0f))) << shape;
+  }
 }
 
 TEST(EinsumBlocking, TransposedOperandsAndOutput) {

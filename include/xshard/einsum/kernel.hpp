@@ -407,60 +407,133 @@ inline constexpr std::size_t gemm_pack_cost = 16;
 constexpr std::size_t div_up(std::size_t x, std::size_t y) { return (x + y - 1) / y; }
 constexpr std::size_t round_up(std::size_t x, std::size_t y) { return div_up(x, y) * y; }
 
-/// A rectangle of the (batch, M, N) index space: one thread's share.
+/// The K blocks every product sums over: as few as KC allows, all of one
+/// size (a whole number of 64-byte lines of elements, at most KC) but the
+/// last. A function of K alone: every split of a product (of batches, M, N
+/// or K itself: gemm_run_split_k) sums each element of C over the same
+/// blocks in the same order, so results do not depend on the thread count.
+/// (K = 512 runs as 256 + 256 rather than 384 + 128: two equal halves for
+/// two threads to sum.)
+struct k_blocks {
+  std::size_t count, size;
+};
+template <class T>
+constexpr k_blocks gemm_k_blocks(std::size_t K) {
+  constexpr std::size_t kc = blocking<T>::kc, line = 64 / sizeof(T);
+  if (K == 0) return {0, kc};
+  const std::size_t size = std::min(kc, round_up(div_up(K, div_up(K, kc)), line));
+  return {div_up(K, size), size};
+}
+
+/// A rectangle of the (batch, M, N) index space and a range of K blocks
+/// (gemm_k_blocks): one thread's share.
 struct gemm_range {
   std::size_t b0, b1, m0, m1, n0, n1;
+  std::size_t kb0 = 0, kb1 = static_cast<std::size_t>(-1);
 };
 
-/// Splits (batches, M, N) over `threads` as a grid tb x tm x tn with
-/// tb * tm * tn == threads, choosing the grid whose largest share costs
-/// least: its multiply-adds (M and N rounded up to whole micro-tiles) plus
-/// the elements it packs, weighted as `gemm_pack_cost` multiply-adds each (B once
-/// per KC block unless read in place; A once per NC block unless A is read
-/// in place). `b_in_place`: B's layout lets a share of few enough rows read
-/// it in place (b_layout_in_place), so a split of M that brings the shares
-/// down to that many rows (few_rows_for_b_in_place) packs no B. Ties keep
-/// the first grid found, which splits batches before M before N.
+/// What an element read in place (not packed) costs the thread grid's
+/// cost model, in multiply-adds: the share's footprint in A and B, read
+/// from beyond L1 once per NC block. A split that leaves each thread the
+/// smaller footprint wins among splits of equal multiply-adds and packing,
+/// and then each thread reads only its own rows of a weight (the hidden
+/// dim's half), as it later updates them.
+inline constexpr std::size_t gemm_read_cost = 4;
+/// Split-K's extra cost per element of C and partial: the caller adds each
+/// partial into C after the split (load both, add, store).
+inline constexpr std::size_t gemm_partial_cost = 2;
+/// Split-K's C at most this many elements (64 KiB of floats): a training
+/// step's products of 64 rows x 128 columns over K = 512.
+inline constexpr std::size_t gemm_split_k_max = 16384;
+
+/// Splits (batches, M, N) over `threads` as a grid tb x tm x tn x 1 with
+/// tb * tm * tn == threads, or K's blocks over threads as 1 x 1 x 1 x tk
+/// (split-K: one block per thread, tk == kb.count <= threads, for one
+/// product (batches == 1) whose C has at most gemm_split_k_max elements),
+/// choosing the split whose largest share costs least: its multiply-adds
+/// (M and N rounded up to whole micro-tiles) plus the elements it packs,
+/// weighted as `gemm_pack_cost` multiply-adds each (B once per K block
+/// unless read in place; A once per NC block unless A is read in place),
+/// plus the elements it reads in place, `gemm_read_cost` each, and for
+/// split-K the partials the caller adds into C (`gemm_partial_cost` per
+/// element of each). `b_in_place`: B's layout lets a share of few enough
+/// rows read it in place (b_layout_in_place), so a split of M that brings
+/// the shares down to that many rows (few_rows_for_b_in_place) packs no B;
+/// counted only for a share of one K block (kb.count == 1, or split-K).
+/// Ties keep the first split found, which splits batches before M before N
+/// before K. Returns {tb, tm, tn, tk}.
 /// (A weight gradient of a training step, M 128 x N 512 x K 64 with A
 /// packed: two shares of 66 rows that read B in place ran in 113 us at two
 /// threads on an AVX2 Zen 1, two of 256 columns that each pack half of B
-/// in 150-155 us. gemm_run passes b_in_place only when K is one KC block:
-/// the same product over K = 1024 ran about 10% slower on shares that read
-/// B in place, 1024 strided rows of 2 KiB, than on shares that packed it.)
-inline std::array<std::size_t, 3> gemm_thread_grid(std::size_t batches, std::size_t M, std::size_t N, std::size_t K,
+/// in 150-155 us. The same product over K = 1024 ran about 10% slower on
+/// shares that read B in place, 1024 strided rows of 2 KiB, than on shares
+/// that packed it.)
+inline std::array<std::size_t, 4> gemm_thread_grid(std::size_t batches, std::size_t M, std::size_t N, std::size_t K,
                                                    std::size_t threads, std::size_t mr, std::size_t nr, std::size_t nc,
-                                                   bool packs_a, bool b_in_place = false) {
-  constexpr double pack_cost = gemm_pack_cost;
-  std::array<std::size_t, 3> best{1, 1, 1};
+                                                   bool packs_a, bool b_in_place = false, k_blocks kb = {1, 0}) {
+  constexpr double pack_cost = gemm_pack_cost, read_cost = gemm_read_cost;
+  // One share: rows x cols of C over k, B read in place if allowed.
+  auto share_cost = [&](std::size_t rows, std::size_t cols, std::size_t k, bool b_allowed) {
+    const double mb = static_cast<double>(rows), nb = static_cast<double>(cols), kd = static_cast<double>(k);
+    const double a_reads = kd * mb * static_cast<double>(div_up(cols, nc));
+    const bool packs_b = !(b_allowed && few_rows_for_b_in_place(rows));
+    const double packed = (packs_b ? kd * nb : 0.0) + (packs_a ? a_reads : 0.0);
+    const double read = (packs_b ? 0.0 : kd * nb) + (packs_a ? 0.0 : a_reads);
+    return mb * nb * kd + pack_cost * packed + read_cost * read;
+  };
+  std::array<std::size_t, 4> best{1, 1, 1, 1};
   double best_cost = -1;
   for (std::size_t tb = threads; tb >= 1; --tb) {
     if (threads % tb) continue;
     for (std::size_t tn = 1; tn <= threads / tb; ++tn) {
       if ((threads / tb) % tn) continue;
       const std::size_t tm = threads / tb / tn;
-      const std::size_t rows = round_up(div_up(M, tm), mr);
-      const double mb = static_cast<double>(rows);
-      const double nb = static_cast<double>(round_up(div_up(N, tn), nr));
-      const double k = static_cast<double>(K);
-      const bool packs_b = !(b_in_place && few_rows_for_b_in_place(rows));
-      const double packed =
-          (packs_b ? k * nb : 0.0) + (packs_a ? k * mb * static_cast<double>(div_up(div_up(N, tn), nc)) : 0.0);
-      const double cost = static_cast<double>(div_up(batches, tb)) * (mb * nb * k + pack_cost * packed);
-      if (best_cost < 0 || cost < best_cost) best_cost = cost, best = {tb, tm, tn};
+      const double cost =
+          static_cast<double>(div_up(batches, tb)) *
+          share_cost(round_up(div_up(M, tm), mr), round_up(div_up(N, tn), nr), K, b_in_place && kb.count <= 1);
+      if (best_cost < 0 || cost < best_cost) best_cost = cost, best = {tb, tm, tn, 1};
     }
+  }
+  if (batches == 1 && kb.count >= 2 && kb.count <= threads && M * N <= gemm_split_k_max) {
+    const double cost = share_cost(round_up(M, mr), round_up(N, nr), kb.size, b_in_place) +
+                        static_cast<double>(gemm_partial_cost * M * N * (kb.count - 1));
+    if (cost < best_cost) best = {1, 1, 1, kb.count};
   }
   return best;
 }
 
+/// Where a share writes: C as the problem describes it, or a split-K
+/// partial (gemm_run_split_k): its own C tables, no bias, not accumulated.
+template <class T>
+struct gemm_target {
+  T* c;
+  const std::ptrdiff_t* c_batch;
+  const std::ptrdiff_t* c_m;
+  const std::ptrdiff_t* c_n;
+  bool rows_contiguous, columns_contiguous, accumulate;
+  const T* bias;  ///< added as the last K block (of all K) stores C
+  /// C of g as the problem describes it; `with_bias`: g's bias too.
+  static gemm_target of(const gemm_problem<T>& g, bool with_bias) {
+    return {g.c,
+            g.c_batch.data(),
+            g.c_m.data(),
+            g.c_n.data(),
+            g.n_c.uniform && g.n_c.stride == 1,
+            g.m_c.uniform && g.m_c.stride == 1,
+            g.accumulate,
+            with_bias ? g.bias : nullptr};
+  }
+};
+
 /// What every block of one thread's share reads: the operands' strides, the
-/// packing buffers, whether A and B are read in place and C's rows are
-/// contiguous.
+/// packing buffers, whether A and B are read in place, and where it writes.
 template <class T>
 struct gemm_share_state {
   stride_info m_a, k_a, n_b, k_b;
-  bool direct_a, direct_b, c_rows_contiguous, c_columns_contiguous;
+  bool direct_a, direct_b;
   T* ap;
   T* bp;
+  gemm_target<T> out;
 };
 
 /// The macro-kernel's loop order. A B block (KC x NC, packed) larger than
@@ -490,13 +563,14 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
                      std::size_t mc, std::size_t j0, std::size_t nc, std::size_t p0, std::size_t kc, bool add,
                      bool hold_b) {
   constexpr int MR = Kernel::mr, NR = Kernel::nr;
-  T* const cb = g.c + g.c_batch[bi];
+  const gemm_target<T>& out = st.out;
+  T* const cb = out.c + out.c_batch[bi];
   // The epilogue's bias: added as the last K block stores C, by column (in
   // the kernel, from bias) or, transposed, by row (from row_bias[i], C's
   // row i's).
-  const bool last_k = g.bias && p0 + kc == g.a_k.size();
-  const T* const bias = last_k && !g.transposed ? g.bias + j0 : nullptr;
-  const T* const row_bias = last_k && g.transposed ? g.bias : nullptr;
+  const bool last_k = out.bias && p0 + kc == g.a_k.size();
+  const T* const bias = last_k && !g.transposed ? out.bias + j0 : nullptr;
+  const T* const row_bias = last_k && g.transposed ? out.bias : nullptr;
   alignas(64) T ctile[MR * NR];
   T* rows[MR];
   // One micro-kernel call: `used` rows (Kernel::rows_for) of A times the B
@@ -510,8 +584,8 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
     // written in this K block (c0 >= i0) and not accumulated into (!add):
     // the kernel writes them again with the same values (each row's sum is
     // its own, in the same k order, whatever the kernel's row count).
-    if (st.c_rows_contiguous && !row_bias && hi == used && nw == NR && (lo == 0 || (!add && c0 >= i0))) {
-      for (int i = 0; i < used; ++i) rows[i] = cb + g.c_m[c0 + static_cast<std::size_t>(i)] + (j0 + jr);
+    if (out.rows_contiguous && !row_bias && hi == used && nw == NR && (lo == 0 || (!add && c0 >= i0))) {
+      for (int i = 0; i < used; ++i) rows[i] = cb + out.c_m[c0 + static_cast<std::size_t>(i)] + (j0 + jr);
       Kernel::run(used, kc, a, rs, cs, b, bs, rows, add, bias ? bias + jr : nullptr);
       return;
     }
@@ -525,24 +599,24 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
       if (row_bias) v += row_bias[c0 + static_cast<std::size_t>(i)];
       dst = v;
     };
-    if (!st.c_rows_contiguous && st.c_columns_contiguous) {  // (transposed) a column of the tile at a time
+    if (!out.rows_contiguous && out.columns_contiguous) {  // (transposed) a column of the tile at a time
 #if XSHARD_GEMM_X86
       if constexpr (Kernel::x86_packing && std::is_same_v<T, float>)
         if (lo == 0 && hi == used && nw == NR && !bj &&
-            store_tile_columns_avx2<NR>(used, ctile, cb + g.c_m[c0], g.c_n.data() + (j0 + jr), add,
+            store_tile_columns_avx2<NR>(used, ctile, cb + out.c_m[c0], out.c_n + (j0 + jr), add,
                                         row_bias ? row_bias + c0 : nullptr))
           return;
 #endif
       for (std::size_t j = 0; j < nw; ++j) {
-        T* const col = cb + g.c_n[j0 + jr + j] + g.c_m[c0];
+        T* const col = cb + out.c_n[j0 + jr + j] + out.c_m[c0];
         for (int i = lo; i < hi; ++i) store(col[i], ctile[i * NR + static_cast<int>(j)], i, j);
       }
       return;
     }
     for (int i = lo; i < hi; ++i) {
-      T* const crow = cb + g.c_m[c0 + static_cast<std::size_t>(i)];
+      T* const crow = cb + out.c_m[c0 + static_cast<std::size_t>(i)];
       const T* const src = ctile + i * NR;
-      if (st.c_rows_contiguous && nw == NR && !row_bias) {  // a full row of the tile, contiguous: a loop of NR
+      if (out.rows_contiguous && nw == NR && !row_bias) {  // a full row of the tile, contiguous: a loop of NR
         T* const dst = crow + (j0 + jr);
         if (add)
           for (int j = 0; j < NR; ++j) dst[j] += src[j];
@@ -552,7 +626,7 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
           for (int j = 0; j < NR; ++j) dst[j] += bj[j];
         continue;
       }
-      for (std::size_t j = 0; j < nw; ++j) store(crow[g.c_n[j0 + jr + j]], src[j], i, j);
+      for (std::size_t j = 0; j < nw; ++j) store(crow[out.c_n[j0 + jr + j]], src[j], i, j);
     }
   };
   auto a_row = [&](std::size_t i) { return g.a + g.a_batch[bi] + g.a_m[i] + static_cast<std::ptrdiff_t>(p0); };
@@ -614,37 +688,38 @@ void gemm_macro_tile(const gemm_problem<T>& g, const gemm_share_state<T>& st, st
   }
 }
 
-/// C = A B (or C += A B) over one thread's share of (batch, M, N), Goto's
-/// loop nest: jc (NC) -> pc (KC; pack B) -> ic (MC; pack A) -> the
-/// macro-kernel (ir (MR) -> jr (NR) -> micro-kernel). Each C element is
-/// summed over k in KC blocks in the same order whatever the share, so
-/// results do not depend on the thread count.
+/// C = A B (or C += A B) over one thread's share of (batch, M, N) and of
+/// K's blocks (gemm_k_blocks), written to `out`. Goto's loop nest: jc (NC)
+/// -> pc (K blocks; pack B) -> ic (MC; pack A) -> the macro-kernel (ir (MR)
+/// -> jr (NR) -> micro-kernel). Each C element is summed over k in the same
+/// K blocks in the same order whatever the share, so results do not depend
+/// on the thread count.
 template <class T, class Kernel>
-void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
+void gemm_share(const gemm_problem<T>& g, const gemm_range& r, const gemm_target<T>& out) {
   constexpr int MR = Kernel::mr, NR = Kernel::nr;
   using B = blocking<T>;
   constexpr std::size_t MC = (B::mc + MR - 1) / MR * MR, NC = (B::nc + NR - 1) / NR * NR, KC = B::kc;
   constexpr std::size_t MC_held_b = std::min(MC, (B::mc_held_b + MR - 1) / MR * MR);
   const std::size_t K = g.a_k.size();
+  const k_blocks kb = gemm_k_blocks<T>(K);
+  const std::size_t kb1 = std::min(r.kb1, kb.count);
   thread_local aligned_buffer<T> abuf, bbuf;
-  gemm_share_state<T> st{g.m_a, g.k_a, g.n_b, g.k_b, false, false, false, false, abuf.get(MC * KC), bbuf.get(NC * KC)};
-  st.c_rows_contiguous = g.n_c.uniform && g.n_c.stride == 1;
-  st.c_columns_contiguous = g.m_c.uniform && g.m_c.stride == 1;
+  gemm_share_state<T> st{g.m_a, g.k_a, g.n_b, g.k_b, false, false, abuf.get(MC * KC), bbuf.get(NC * KC), out};
   st.direct_a = reads_a_in_place<T>(st.m_a, st.k_a);
   st.direct_b = reads_b_in_place<T>(st.n_b, st.k_b, r.m1 - r.m0);
   for (std::size_t bi = r.b0; bi < r.b1; ++bi) {
     if (K == 0) {  // an empty sum: C = 0 or the bias (unchanged when accumulating)
-      T* const cb = g.c + g.c_batch[bi];
-      if (!g.accumulate)
+      T* const cb = out.c + out.c_batch[bi];
+      if (!out.accumulate)
         for (std::size_t i = r.m0; i < r.m1; ++i)
           for (std::size_t j = r.n0; j < r.n1; ++j)
-            cb[g.c_m[i] + g.c_n[j]] = g.bias ? g.bias[g.transposed ? i : j] : T(0);
+            cb[out.c_m[i] + out.c_n[j]] = out.bias ? out.bias[g.transposed ? i : j] : T(0);
       continue;
     }
     for (std::size_t j0 = r.n0; j0 < r.n1; j0 += NC) {
       const std::size_t nc = std::min(NC, r.n1 - j0);
-      for (std::size_t p0 = 0; p0 < K; p0 += KC) {
-        const std::size_t kc = std::min(KC, K - p0);
+      for (std::size_t blk = r.kb0; blk < kb1; ++blk) {
+        const std::size_t p0 = blk * kb.size, kc = std::min(kb.size, K - p0);
         const std::size_t packed_from = st.direct_b ? nc / NR * NR : 0;  // in place: the last panel only
         if (packed_from < nc)
           pack_b<T, NR, Kernel::x86_packing>(g, g.b_batch[bi], p0, kc, j0 + packed_from, nc - packed_from,
@@ -657,10 +732,58 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r) {
           const std::size_t mc = std::min(block, r.m1 - i0);
           if (!st.direct_a)
             pack_a<T, MR, Kernel::four, Kernel::x86_packing>(g, g.a_batch[bi], i0, mc, p0, kc, st.ap, st.m_a, st.k_a);
-          gemm_macro_tile<T, Kernel>(g, st, bi, i0, mc, j0, nc, p0, kc, g.accumulate || p0 > 0, hold_b);
+          gemm_macro_tile<T, Kernel>(g, st, bi, i0, mc, j0, nc, p0, kc, out.accumulate || blk > r.kb0, hold_b);
         }
       }
     }
+  }
+}
+
+/// A split-K's partial sums and their C tables (rows i * N, columns j), on
+/// the calling thread: grown to the largest product seen, then reused.
+template <class T>
+struct split_k_scratch {
+  aligned_buffer<T> values;
+  offsets rows, columns;
+  std::ptrdiff_t batch = 0;
+};
+
+/// C = A B with K's blocks summed in parallel (gemm_thread_grid's split-K):
+/// task 0 sums block 0 into C, task t block t into a partial of its own;
+/// then the caller adds the partials into C in block order, and the bias
+/// after them, the additions one thread makes ((C + block 1) + block 2 ...)
+/// + bias: the same bits as one thread.
+template <class T, class Kernel>
+void gemm_run_split_k(const gemm_problem<T>& g, k_blocks kb) {
+  const std::size_t M = g.a_m.size(), N = g.b_n.size(), size = M * N;
+  thread_local split_k_scratch<T> mine;
+  split_k_scratch<T>& s = mine;  // the caller's: a thread_local named in the tasks would be each worker's own
+  T* const partials = s.values.get((kb.count - 1) * size);
+  s.rows.resize(M);
+  s.columns.resize(N);
+  for (std::size_t i = 0; i < M; ++i) s.rows[i] = static_cast<std::ptrdiff_t>(i * N);
+  for (std::size_t j = 0; j < N; ++j) s.columns[j] = static_cast<std::ptrdiff_t>(j);
+  default_thread_pool().parallel_for(kb.count, [&](std::size_t t) {
+    const gemm_range r{0, 1, 0, M, 0, N, t, t + 1};
+    if (t == 0) return gemm_share<T, Kernel>(g, r, gemm_target<T>::of(g, false));
+    gemm_share<T, Kernel>(g, r,
+                          gemm_target<T>{partials + (t - 1) * size, &s.batch, s.rows.data(), s.columns.data(), true,
+                                         N == 1, false, nullptr});
+  });
+  T* const cb = g.c + g.c_batch[0];
+  const bool rows_contiguous = g.n_c.uniform && g.n_c.stride == 1;
+  for (std::size_t i = 0; i < M; ++i) {
+    T* const crow = cb + g.c_m[i];
+    const T* const p = partials + i * N;
+    auto sum = [&](T v, std::size_t j) {
+      for (std::size_t t = 1; t < kb.count; ++t) v += p[(t - 1) * size + j];
+      if (g.bias) v += g.bias[g.transposed ? i : j];
+      return v;
+    };
+    if (rows_contiguous)
+      for (std::size_t j = 0; j < N; ++j) crow[j] = sum(crow[j], j);
+    else
+      for (std::size_t j = 0; j < N; ++j) crow[g.c_n[j]] = sum(crow[g.c_n[j]], j);
   }
 }
 
@@ -674,19 +797,21 @@ void gemm_run(const gemm_problem<T>& g) {
   std::size_t threads = usable_threads();
   // Below ~2^20 flops the wake-up of a worker costs more than it saves.
   threads = std::min(threads, std::max<std::size_t>(1, flops >> 20));
+  const gemm_target<T> out = gemm_target<T>::of(g, true);
   if (threads <= 1) {
-    gemm_share<T, Kernel>(g, {0, batches, 0, M, 0, N});
+    gemm_share<T, Kernel>(g, {0, batches, 0, M, 0, N}, out);
     return;
   }
-  const auto grid =
-      gemm_thread_grid(batches, M, N, K, threads, Kernel::mr, Kernel::nr, blocking<T>::nc,
-                       !reads_a_in_place<T>(g.m_a, g.k_a), K <= blocking<T>::kc && b_layout_in_place<T>(g.n_b, g.k_b));
+  const k_blocks kb = gemm_k_blocks<T>(K);
+  const auto grid = gemm_thread_grid(batches, M, N, K, threads, Kernel::mr, Kernel::nr, blocking<T>::nc,
+                                     !reads_a_in_place<T>(g.m_a, g.k_a), b_layout_in_place<T>(g.n_b, g.k_b), kb);
+  if (grid[3] > 1) return gemm_run_split_k<T, Kernel>(g, kb);
   default_thread_pool().parallel_for(threads, [&](std::size_t t) {
     const std::size_t tb = t / (grid[1] * grid[2]), tm = (t / grid[2]) % grid[1], tn = t % grid[2];
     const auto [b0, b1] = split_range(batches, grid[0], tb, 1);
     const auto [m0, m1] = split_range(M, grid[1], tm, Kernel::mr);
     const auto [n0, n1] = split_range(N, grid[2], tn, Kernel::nr);
-    if (b0 < b1 && m0 < m1 && n0 < n1) gemm_share<T, Kernel>(g, {b0, b1, m0, m1, n0, n1});
+    if (b0 < b1 && m0 < m1 && n0 < n1) gemm_share<T, Kernel>(g, {b0, b1, m0, m1, n0, n1}, out);
   });
 }
 
