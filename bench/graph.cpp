@@ -43,7 +43,7 @@ const inputs& data() {
   static const inputs d = [] {
     xt::random::seed(1);
     inputs i;
-    i.p = {xt::random::randn<T>({hidden, width}), xt::random::randn<T>({hidden}), xt::random::randn<T>({width, hidden}),
+    i.p = {xt::random::randn<T>({hidden, width}), xt::random::randn<T>({hidden}), xt::random::randn<T>({hidden, width}),
            xt::random::randn<T>({width})};
     i.x = xt::random::randn<T>({batch, width});
     i.gy = xt::random::randn<T>({batch, width});

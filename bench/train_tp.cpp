@@ -6,9 +6,9 @@
 //                          over the pool's two threads
 //   tensor parallel        the same steps on thread_mesh<mesh<"data=1,
 //                          model=2">> (2 devices, a worker thread each):
-//                          data_model_mlp's specs put W1's rows and W2's
-//                          columns on different devices, as Megatron-LM
-//                          splits an MLP, so each core keeps its half of the
+//                          data_model_mlp's specs put the rows of W1 and
+//                          W2 (the hidden dim) on different devices, as
+//                          Megatron-LM splits an MLP, so each core keeps its half of the
 //                          hidden activations and of both weights; the
 //                          devices exchange one all-reduce of the [64, 128]
 //                          output per layer forward and one of the input

@@ -72,7 +72,7 @@ std::string bar(std::size_t done, std::size_t total, std::size_t width_chars = 3
   return "[" + std::string(fill, '#') + std::string(width_chars - fill, '.') + "]";
 }
 
-/// "node 9 (einsum ...m,km->...k, named h)".
+/// "node 9 (einsum ...m,mk->...k, named h)".
 std::string node_text(const xshard::graph::node_plan& step) {
   std::string s = "node " + std::to_string(step.node) + " (";
   s += step.op.find("->") != std::string_view::npos ? "einsum " + std::string(step.op) : std::string(step.op);
@@ -101,14 +101,13 @@ void print_mesh_plan(xshard::remat policy) {
   std::cout << "== mesh: data=2, model=2 (" << Mesh::size() << " devices on " << workers << " worker thread"
             << (workers == 1 ? "" : "s") << "); scan_layers over stacked parameters; remat "
             << xshard::remat_name(policy) << "\n\n";
-  const std::array<std::int64_t, 2> x_shape{batch, width}, w_in_shape{hidden, width}, w_out_shape{width, hidden};
+  const std::array<std::int64_t, 2> x_shape{batch, width}, w_shape{hidden, width};
+  static_assert(std::is_same_v<Layout::w_in, Layout::w_out>, "W1 and W2 are printed as one");
   std::cout << "activations x, y [batch, width] by spec (" << Layout::batch::text.view() << "):\n"
             << xshard::visualize<Mesh, Layout::batch>(x_shape) << "\n";
-  std::cout << "W1 [hidden, width] by (" << Layout::w_in::text.view() << "), stacked over layers as ("
+  std::cout << "W1, W2 [hidden, width] by (" << Layout::w_in::text.view() << "), stacked over layers as ("
             << std::tuple_element_t<0, MeshParams>::spec_type::text.view() << "):\n"
-            << xshard::visualize<Mesh, Layout::w_in>(w_in_shape) << "\n";
-  std::cout << "W2 [width, hidden] by (" << Layout::w_out::text.view() << "):\n"
-            << xshard::visualize<Mesh, Layout::w_out>(w_out_shape) << "\n";
+            << xshard::visualize<Mesh, Layout::w_in>(w_shape) << "\n";
 
   std::cout << "== collectives per layer, from the compile-time plans of the block's graph (nn/mlp.hpp); every "
                "other node runs on its block alone\n";
@@ -275,7 +274,7 @@ int run(const options& o) {
   if (!o.resume_dir.empty())
     first_step = static_cast<std::size_t>(xshard::checkpoint_reader(checkpoint_file(o.resume_dir)).step());
 #endif
-  std::cout << "== model: " << layers << " residual MLP blocks (x + W2 gelu(W1 x + b1) + b2), width " << width
+  std::cout << "== model: " << layers << " residual MLP blocks (x + gelu(x W1^T + b1) W2 + b2), width " << width
             << ", hidden " << hidden << ", batch " << batch << ", "
             << (adamw ? "AdamW lr 0.001 weight decay 0.01" : "SGD lr 0.1") << ", " << steps << " steps";
   if (first_step) std::cout << " (resumed at step " << first_step << " from " << checkpoint_file(o.resume_dir) << ")";

@@ -8,6 +8,7 @@
 #include <utility>
 #include <xshard/einsum/einsum.hpp>
 #include <xshard/scan/scan_layers.hpp>
+#include <xtensor/xmanipulation.hpp>
 #include <xtensor/xrandom.hpp>
 #if defined(XSHARD_WITH_HDF5)
 #include <xshard/checkpoint/checkpoint.hpp>
@@ -30,10 +31,12 @@ std::vector<DenseBlock::params> init_params() {
   xt::random::seed(11);
   std::vector<DenseBlock::params> ps;
   for (std::size_t l = 0; l < layers; ++l)
-    ps.push_back({xt::xtensor<T, 2>(xt::random::randn<T>({hidden, width}) / std::sqrt(T(width))),
-                  xt::xtensor<T, 1>(xt::zeros<T>({hidden})),
-                  xt::xtensor<T, 2>(xt::random::randn<T>({width, hidden}) * T(0.1) / std::sqrt(T(hidden))),
-                  xt::xtensor<T, 1>(xt::zeros<T>({width}))});
+    ps.push_back(
+        {xt::xtensor<T, 2>(xt::random::randn<T>({hidden, width}) / std::sqrt(T(width))),
+         xt::xtensor<T, 1>(xt::zeros<T>({hidden})),
+         // W2 [hidden, width]: the [width, hidden] draw of a PyTorch fc2.weight, transposed
+         xt::xtensor<T, 2>(xt::transpose(xt::random::randn<T>({width, hidden})) * T(0.1) / std::sqrt(T(hidden))),
+         xt::xtensor<T, 1>(xt::zeros<T>({width}))});
   return ps;
 }
 

@@ -106,7 +106,7 @@ using M = xshard::mesh<"data=2, model=2">;
   auto W1 = xshard::distribute<xshard::spec<"None, model, None">>(mesh, stacked_w1);  // [layers, f, d]
   // ... B1, W2 and B2 alike: each the layer's spec with an unsharded leading dim
   auto B1 = xshard::distribute<xshard::spec<"None, model">>(mesh, stacked_b1);
-  auto W2 = xshard::distribute<xshard::spec<"None, None, model">>(mesh, stacked_w2);
+  auto W2 = xshard::distribute<xshard::spec<"None, model, None">>(mesh, stacked_w2);  // [layers, f, d]
   auto B2 = xshard::distribute<xshard::spec<"None, None">>(mesh, stacked_b2);
   auto params = std::tuple{W1, B1, W2, B2};
   auto Y = xshard::scan_layers(block, params, X);                                      // a global

@@ -72,7 +72,7 @@ TEST(Global, GraphLayerForwardAndVjpEqualOneDevice) {
   using Dense = xshard::mlp_block<double>;
   xt::random::seed(12);
   const Dense::params p{xt::random::randn<double>({8, 4}), xt::random::randn<double>({8}),
-                        xt::random::randn<double>({4, 8}), xt::random::randn<double>({4})};
+                        xt::random::randn<double>({8, 4}), xt::random::randn<double>({4})};
   const xt::xtensor<double, 2> x = xt::random::randn<double>({6, 4}), gy = xt::random::randn<double>({6, 4});
   const auto one = Dense{}.forward(p, x);
   const auto one_grads = Dense{}.vjp(p, one.second, gy);
@@ -104,7 +104,7 @@ TEST(Global, ScanLayersOverGlobalsEqualsOneDevice) {
   std::vector<Dense::params> layers;
   for (int l = 0; l < 3; ++l)
     layers.push_back({xt::random::randn<double>({8, 4}), xt::random::randn<double>({8}),
-                      xt::random::randn<double>({4, 8}), xt::random::randn<double>({4})});
+                      xt::random::randn<double>({8, 4}), xt::random::randn<double>({4})});
   const auto stacked = xshard::stack_params<Dense>(layers);
   const xt::xtensor<double, 2> x = xt::random::randn<double>({6, 4}), gy = xt::random::randn<double>({6, 4});
   const auto y1 = xshard::scan_layers(Dense{}, stacked, x);

@@ -38,7 +38,7 @@ constexpr xshard::axis_set data = 1, model = 2;
 // backward (nodes last to first) one all-reduce over data per parameter
 // gradient and one over model for dx.
 constexpr auto forward_plan = Sharded::forward_plan();
-static_assert(forward_plan.size() == 1 && forward_plan[0].op == "...m,km->...k" &&
+static_assert(forward_plan.size() == 1 && forward_plan[0].op == "...m,mk->...k" &&
               forward_plan[0].collectives.size() == 1 &&
               forward_plan[0].collectives[0].kind == collective_kind::all_reduce &&
               forward_plan[0].collectives[0].axes == model);
@@ -48,7 +48,7 @@ constexpr bool backward_axes_ok = [] {
   // + b2 (d b2), the second einsum (d W2), + b1 (d b1), the first einsum
   // (dx, then d W1).
   const auto b = Sharded::backward_plan();
-  const std::string_view ops[4] = {"+", "...m,km->...k", "+", "...n,mn->...m"};
+  const std::string_view ops[4] = {"+", "...m,mk->...k", "+", "...n,mn->...m"};
   const xshard::axis_set want[5] = {data, data, data, model, data};
   std::size_t k = 0;
   if (b.size() != 4) return false;
@@ -72,7 +72,7 @@ static_assert(std::is_same_v<
 Dense::params random_params(std::size_t d, std::size_t f, unsigned seed) {
   xt::random::seed(seed);
   return {mat(xt::random::randn<T>({f, d}) * 0.4), vec(xt::random::randn<T>({f}) * 0.1),
-          mat(xt::random::randn<T>({d, f}) * 0.4), vec(xt::random::randn<T>({d}) * 0.1)};
+          mat(xt::random::randn<T>({f, d}) * 0.4), vec(xt::random::randn<T>({d}) * 0.1)};
 }
 
 T loss(const Dense& l, const Dense::params& p, const mat& x, const mat& gy) {

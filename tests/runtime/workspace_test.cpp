@@ -242,7 +242,7 @@ xshard::stacked_params<Block> init_params(Block) {
   xt::random::seed(3);
   std::vector<Block::params> ps;
   for (std::size_t l = 0; l < layers; ++l)
-    ps.push_back({random<r2>({hidden, width}, 0.25f), random<r1>({hidden}, 0.1f), random<r2>({width, hidden}, 0.1f),
+    ps.push_back({random<r2>({hidden, width}, 0.25f), random<r1>({hidden}, 0.1f), random<r2>({hidden, width}, 0.1f),
                   random<r1>({width}, 0.1f)});
   return xshard::stack_params<Block>(ps);
 }
@@ -371,7 +371,7 @@ TEST(Workspace, AGraphLayersVjpStartsFromAGradientHandedOver) {
   xt::random::seed(5);
   const Block l;
   const Block::params p{random<r2>({hidden, width}, 0.25f), random<r1>({hidden}, 0.1f),
-                        random<r2>({width, hidden}, 0.1f), random<r1>({width}, 0.1f)};
+                        random<r2>({hidden, width}, 0.1f), random<r1>({width}, 0.1f)};
   const Block::input x = random<r2>({batch, width}, 1.0f);
   const auto [y, r] = l.forward(p, x);
   const Block::output gy = random<r2>({batch, width}, 1.0f);

@@ -81,7 +81,7 @@ std::vector<std::string> run_graph_cases(Backend& backend) {
   static_assert(Softmax::forward_collectives() == 2 && Softmax::backward_collectives() == 2);
 
   // The MLP: uneven hidden width 10 over model=2 is even; batch 6 over data.
-  const Dense::params p{graph_values<2>({10, 4}, 1), graph_values<1>({10}, 2), graph_values<2>({4, 10}, 3),
+  const Dense::params p{graph_values<2>({10, 4}, 1), graph_values<1>({10}, 2), graph_values<2>({10, 4}, 3),
                         graph_values<1>({4}, 4)};
   const auto x = graph_values<2>({6, 4}, 5), gy = graph_values<2>({6, 4}, 6);
   const auto dense = Dense{}.forward(p, x);

@@ -27,7 +27,7 @@ xt::xtensor<T, R> randn(const std::array<std::size_t, R>& shape) {
 /// An MLP block's parameters for width d and hidden width f.
 template <class T>
 typename graph_mlp<T>::params mlp_params(std::size_t d, std::size_t f) {
-  return {randn<T, 2>({f, d}), randn<T, 1>({f}), randn<T, 2>({d, f}), randn<T, 1>({d})};
+  return {randn<T, 2>({f, d}), randn<T, 1>({f}), randn<T, 2>({f, d}), randn<T, 1>({d})};
 }
 
 template <class A, class B>

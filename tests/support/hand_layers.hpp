@@ -181,12 +181,12 @@ struct mlp_block {
     using W1 = std::tuple_element_t<0, params>;
     using W2 = std::tuple_element_t<2, params>;
     return {{{"h = x W1^T + b1", einsum_plan_of<"...n,mn->...m", input, W1>()},
-             {"y = x + gelu(h) W2^T + b2", einsum_plan_of<"...m,km->...k", hidden_activation, W2>()}}};
+             {"y = x + gelu(h) W2 + b2", einsum_plan_of<"...m,mk->...k", hidden_activation, W2>()}}};
   }
   /// The output constraint's plan (the batch layout again).
   static consteval redist_plan constrain_plan() requires Sharded<input> {
     using W2 = std::tuple_element_t<2, params>;
-    using Z = decltype(einsum<"...m,km->...k">(std::declval<const hidden_activation&>(), std::declval<const W2&>()));
+    using Z = decltype(einsum<"...m,mk->...k">(std::declval<const hidden_activation&>(), std::declval<const W2&>()));
     return redistribute_plan<Z, typename Layout::batch>();
   }
   /// The backward's einsums, in order.
@@ -198,8 +198,8 @@ struct mlp_block {
     using M = typename input::mesh_type;
     return {{
         {"d b2 = sum gy", einsum_plan_to<"...m->m", M, typename B2::spec_type, typename output::spec_type>()},
-        {"d W2 = gy^T a", einsum_vjp_plan<"...m,km->...k", 1, output, hidden_activation, W2>()},
-        {"d a = gy W2", einsum_vjp_plan<"...m,km->...k", 0, output, hidden_activation, W2>()},
+        {"d W2 = a^T gy", einsum_vjp_plan<"...m,mk->...k", 1, output, hidden_activation, W2>()},
+        {"d a = gy W2^T", einsum_vjp_plan<"...m,mk->...k", 0, output, hidden_activation, W2>()},
         {"d b1 = sum dh",
          einsum_plan_to<"...m->m", M, typename B1::spec_type, typename hidden_activation::spec_type>()},
         {"d W1 = dh^T x", einsum_vjp_plan<"...n,mn->...m", 1, hidden_activation, input, W1>()},
@@ -227,7 +227,7 @@ struct mlp_block {
   }
   template <class P>
   output finish(const P& p, const input& x, const hidden_activation& a) const {
-    output z = detail::add_last_dim(output(einsum<"...m,km->...k">(a, std::get<2>(p))), std::get<3>(p));
+    output z = detail::add_last_dim(output(einsum<"...m,mk->...k">(a, std::get<2>(p))), std::get<3>(p));
     z = detail::zip_elements(z, x, [](const auto& u, const auto& v) { return u + v; });
     return detail::constrain_to<typename Layout::batch>(z);
   }
@@ -247,8 +247,8 @@ struct mlp_block {
     using W2 = std::tuple_element_t<2, params>;
     using B2 = std::tuple_element_t<3, params>;
     B2 gb2 = detail::sum_to_last_dim<B2>(gy);
-    W2 gw2 = einsum_vjp<"...m,km->...k", 1>(gy, r.a, std::get<2>(p));
-    hidden_activation ga = einsum_vjp<"...m,km->...k", 0>(gy, r.a, std::get<2>(p));
+    W2 gw2 = einsum_vjp<"...m,mk->...k", 1>(gy, r.a, std::get<2>(p));
+    hidden_activation ga = einsum_vjp<"...m,mk->...k", 0>(gy, r.a, std::get<2>(p));
     // The erf form reads the cdf off the kept output a = gelu(h), as the graph's gelu does.
     const auto& a_block = [&]() -> const auto& {
       if constexpr (Sharded<hidden_activation>)

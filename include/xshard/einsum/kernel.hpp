@@ -770,20 +770,31 @@ void gemm_run_split_k(const gemm_problem<T>& g, k_blocks kb) {
                           gemm_target<T>{partials + (t - 1) * size, &s.batch, s.rows.data(), s.columns.data(), true,
                                          N == 1, false, nullptr});
   });
+  // Row by row, a pass per partial and one for the bias: plain loops over
+  // contiguous rows that the compiler vectorises.
   T* const cb = g.c + g.c_batch[0];
   const bool rows_contiguous = g.n_c.uniform && g.n_c.stride == 1;
   for (std::size_t i = 0; i < M; ++i) {
     T* const crow = cb + g.c_m[i];
-    const T* const p = partials + i * N;
-    auto sum = [&](T v, std::size_t j) {
-      for (std::size_t t = 1; t < kb.count; ++t) v += p[(t - 1) * size + j];
+    if (rows_contiguous) {
+      for (std::size_t t = 1; t < kb.count; ++t) {
+        const T* const p = partials + (t - 1) * size + i * N;
+        for (std::size_t j = 0; j < N; ++j) crow[j] += p[j];
+      }
+      if (g.bias && g.transposed) {
+        const T b = g.bias[i];
+        for (std::size_t j = 0; j < N; ++j) crow[j] += b;
+      } else if (g.bias) {
+        for (std::size_t j = 0; j < N; ++j) crow[j] += g.bias[j];
+      }
+      continue;
+    }
+    for (std::size_t j = 0; j < N; ++j) {
+      T v = crow[g.c_n[j]];
+      for (std::size_t t = 1; t < kb.count; ++t) v += partials[(t - 1) * size + i * N + j];
       if (g.bias) v += g.bias[g.transposed ? i : j];
-      return v;
-    };
-    if (rows_contiguous)
-      for (std::size_t j = 0; j < N; ++j) crow[j] = sum(crow[j], j);
-    else
-      for (std::size_t j = 0; j < N; ++j) crow[g.c_n[j]] = sum(crow[g.c_n[j]], j);
+      crow[g.c_n[j]] = v;
+    }
   }
 }
 
