@@ -37,7 +37,8 @@
 //                         the device (Eigen's contraction has no batch dims).
 //   f32/mlp_layer/...     the six GEMMs of one train_mlp layer (batch 64,
 //                         width 128, hidden 512: forward h = x W1^T and
-//                         y = a W2^T, backward da, dW2, dx, dW1), xshard's
+//                         y = a W2 with W2 [hidden, width], backward da,
+//                         dW2, dx, dW1), xshard's
 //                         einsum_into against six cblas_sgemm calls. A
 //                         300-step train_mlp run does 2400 of them: this is
 //                         the GEMM floor of its training step.
@@ -222,19 +223,19 @@ mlp_layer_problem& mlp_layer() {
       fill_random<float>(t, seed);
       return t;
     };
-    q->x = make(P::b, P::d, 1), q->w1 = make(P::f, P::d, 2), q->w2 = make(P::d, P::f, 3);
+    q->x = make(P::b, P::d, 1), q->w1 = make(P::f, P::d, 2), q->w2 = make(P::f, P::d, 3);
     q->a = make(P::b, P::f, 4), q->g = make(P::b, P::d, 5), q->dh = make(P::b, P::f, 6);
     q->h = make(P::b, P::f, 0), q->y = make(P::b, P::d, 0), q->da = make(P::b, P::f, 0);
-    q->dw2 = make(P::d, P::f, 0), q->dx = make(P::b, P::d, 0), q->dw1 = make(P::f, P::d, 0);
+    q->dw2 = make(P::f, P::d, 0), q->dx = make(P::b, P::d, 0), q->dw1 = make(P::f, P::d, 0);
     return q;
   }();
   return *p;
 }
 void xshard_mlp_layer(mlp_layer_problem& p) {
   xshard::einsum_into<"...n,mn->...m">(p.h, p.x, p.w1);    // h = x W1^T
-  xshard::einsum_into<"...m,km->...k">(p.y, p.a, p.w2);    // y = a W2^T
-  xshard::einsum_into<"...k,km->...m">(p.da, p.g, p.w2);   // da = g W2
-  xshard::einsum_into<"...k,...m->km">(p.dw2, p.g, p.a);   // dW2 = g^T a
+  xshard::einsum_into<"...m,mk->...k">(p.y, p.a, p.w2);    // y = a W2 (W2 [f, d], nn/mlp.hpp)
+  xshard::einsum_into<"...k,mk->...m">(p.da, p.g, p.w2);   // da = g W2^T
+  xshard::einsum_into<"...m,...k->mk">(p.dw2, p.a, p.g);   // dW2 = a^T g
   xshard::einsum_into<"...m,mn->...n">(p.dx, p.dh, p.w1);  // dx = dh W1
   xshard::einsum_into<"...m,...n->mn">(p.dw1, p.dh, p.x);  // dW1 = dh^T x
 }
@@ -308,9 +309,9 @@ void blas_mlp_layer(mlp_layer_problem& p) {
   constexpr int b = mlp_layer_problem::b, d = mlp_layer_problem::d, f = mlp_layer_problem::f;
   constexpr auto N = CblasNoTrans, T = CblasTrans;
   cblas_sgemm(CblasRowMajor, N, T, b, f, d, 1.0f, p.x.data(), d, p.w1.data(), d, 0.0f, p.h.data(), f);
-  cblas_sgemm(CblasRowMajor, N, T, b, d, f, 1.0f, p.a.data(), f, p.w2.data(), f, 0.0f, p.y.data(), d);
-  cblas_sgemm(CblasRowMajor, N, N, b, f, d, 1.0f, p.g.data(), d, p.w2.data(), f, 0.0f, p.da.data(), f);
-  cblas_sgemm(CblasRowMajor, T, N, d, f, b, 1.0f, p.g.data(), d, p.a.data(), f, 0.0f, p.dw2.data(), f);
+  cblas_sgemm(CblasRowMajor, N, N, b, d, f, 1.0f, p.a.data(), f, p.w2.data(), d, 0.0f, p.y.data(), d);
+  cblas_sgemm(CblasRowMajor, N, T, b, f, d, 1.0f, p.g.data(), d, p.w2.data(), d, 0.0f, p.da.data(), f);
+  cblas_sgemm(CblasRowMajor, T, N, f, d, b, 1.0f, p.a.data(), f, p.g.data(), d, 0.0f, p.dw2.data(), d);
   cblas_sgemm(CblasRowMajor, N, N, b, d, f, 1.0f, p.dh.data(), f, p.w1.data(), d, 0.0f, p.dx.data(), d);
   cblas_sgemm(CblasRowMajor, T, N, f, d, b, 1.0f, p.dh.data(), f, p.x.data(), d, 0.0f, p.dw1.data(), d);
 }
