@@ -11,13 +11,17 @@
 // the hidden dim is the rows of both, so a share of the hidden dim (a
 // device's shard on "model", a thread's half of a product on one device)
 // is a contiguous block of rows of each weight, of each gradient and of
-// each optimizer slot. With W2 [d, f] a thread's share of W2's gradient
-// was a block of columns, and the update, split by rows, wrote the rows
-// the other thread had just read and written (on an AVX2 Zen 1, one device
+// each optimizer slot, and each thread of a one-device step reads and
+// writes the rows it then updates (einsum's thread grid splits these
+// products along the hidden dim). With W2 [d, f] a thread's share of W2's
+// gradient was a block of columns, which the update, split by rows, then
+// read from the other core (on an AVX2 Zen 1, one device
 // on two threads: 58 us per layer for the update against 22 us with W2
-// [f, d]; on a Zen 3, train_mlp --devices 1 on two threads took a median
-// 0.94x the time of W2 [d, f] over 10 interleaved rounds). A PyTorch
-// fc2.weight is loaded transposed.
+// [f, d]; on a Zen 3, train_mlp --devices 1 on two threads, medians of 10
+// interleaved rounds' ratios to W2 [d, f] before einsum's split-K: 0.94x
+// the time with W2 [f, d], 1.04x with W2 [d, f] and split-K). A PyTorch
+// fc2.weight is loaded transposed. (nn/decoder.hpp's MLP keeps W2 [d, f];
+// its layout was not measured.)
 //
 // The same code runs on plain tensors and on sharded ones. The Layout
 // parameter names the tensor types: `replicated_mlp` (plain xt::xtensor, one
