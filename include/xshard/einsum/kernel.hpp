@@ -763,9 +763,10 @@ void gemm_run_split_k(const gemm_problem<T>& g, k_blocks kb) {
   s.columns.resize(N);
   for (std::size_t i = 0; i < M; ++i) s.rows[i] = static_cast<std::ptrdiff_t>(i * N);
   for (std::size_t j = 0; j < N; ++j) s.columns[j] = static_cast<std::ptrdiff_t>(j);
+  const gemm_target<T> c = gemm_target<T>::of(g, false);  // the bias is added after the partials
   default_thread_pool().parallel_for(kb.count, [&](std::size_t t) {
     const gemm_range r{0, 1, 0, M, 0, N, t, t + 1};
-    if (t == 0) return gemm_share<T, Kernel>(g, r, gemm_target<T>::of(g, false));
+    if (t == 0) return gemm_share<T, Kernel>(g, r, c);
     gemm_share<T, Kernel>(g, r,
                           gemm_target<T>{partials + (t - 1) * size, &s.batch, s.rows.data(), s.columns.data(), true,
                                          N == 1, false, nullptr});
@@ -773,10 +774,9 @@ void gemm_run_split_k(const gemm_problem<T>& g, k_blocks kb) {
   // Row by row, a pass per partial and one for the bias: plain loops over
   // contiguous rows that the compiler vectorises.
   T* const cb = g.c + g.c_batch[0];
-  const bool rows_contiguous = g.n_c.uniform && g.n_c.stride == 1;
   for (std::size_t i = 0; i < M; ++i) {
     T* const crow = cb + g.c_m[i];
-    if (rows_contiguous) {
+    if (c.rows_contiguous) {
       for (std::size_t t = 1; t < kb.count; ++t) {
         const T* const p = partials + (t - 1) * size + i * N;
         for (std::size_t j = 0; j < N; ++j) crow[j] += p[j];
