@@ -771,21 +771,20 @@ void gemm_run_split_k(const gemm_problem<T>& g, k_blocks kb) {
                           gemm_target<T>{partials + (t - 1) * size, &s.batch, s.rows.data(), s.columns.data(), true,
                                          N == 1, false, nullptr});
   });
-  // Row by row, a pass per partial and one for the bias: plain loops over
-  // contiguous rows that the compiler vectorises.
+  // Row by row, a pass per partial and one for the bias, on the CPU's
+  // widest vectors (add_elements, dispatched at run time: the caller adds
+  // alone while the workers wait, and a build without -march would get SSE2
+  // from the compiler; the same bits either way).
   T* const cb = g.c + g.c_batch[0];
   for (std::size_t i = 0; i < M; ++i) {
     T* const crow = cb + g.c_m[i];
     if (c.rows_contiguous) {
-      for (std::size_t t = 1; t < kb.count; ++t) {
-        const T* const p = partials + (t - 1) * size + i * N;
-        for (std::size_t j = 0; j < N; ++j) crow[j] += p[j];
-      }
+      for (std::size_t t = 1; t < kb.count; ++t) add_elements(crow, crow, partials + (t - 1) * size + i * N, N);
       if (g.bias && g.transposed) {
         const T b = g.bias[i];
         for (std::size_t j = 0; j < N; ++j) crow[j] += b;
       } else if (g.bias) {
-        for (std::size_t j = 0; j < N; ++j) crow[j] += g.bias[j];
+        add_elements(crow, crow, g.bias, N);
       }
       continue;
     }
