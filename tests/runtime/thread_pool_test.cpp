@@ -6,6 +6,7 @@
 // naive loop bit for bit at 1, 2 and 3 threads.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -130,6 +131,158 @@ TEST(ThreadPool, ConcurrentCallersAreServedOneCallAtATime) {
   std::vector<std::thread> callers;
   for (int t = 0; t < 3; ++t) callers.emplace_back([&pool, t] { expect_each_index_once(pool, 300, t); });
   for (auto& c : callers) c.join();
+}
+
+// The ranges of `s` over n items: in order, covering [0, n) once, each
+// boundary a multiple of `unit` (or n).
+void expect_ranges_cover(const xshard::balanced_shares& s, std::size_t n, std::size_t unit) {
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < s.tasks; ++i) {
+    const auto [lo, hi] = s.range(n, i, unit);
+    ASSERT_EQ(lo, at) << "task " << i << " of " << s.tasks << ", n " << n << ", unit " << unit;
+    ASSERT_LE(lo, hi);
+    ASSERT_TRUE(hi == n || hi % unit == 0) << hi;
+    at = hi;
+  }
+  EXPECT_EQ(at, n);
+}
+
+TEST(BalancedShares, CoverEveryItemOnceOnUnitBoundaries) {
+  for (std::size_t tasks : {1, 2, 3, 5, 64})
+    for (std::size_t n : {0, 1, 5, 16, 100, 533, 1061})
+      for (std::size_t unit : {1, 6, 16}) expect_ranges_cover(xshard::balanced_shares::equal(tasks), n, unit);
+  // Unequal cuts, as measured speeds give them: each share within one unit
+  // of its fraction of the items.
+  xshard::balanced_shares s = xshard::balanced_shares::equal(3);
+  s.cut[1] = 0.2;
+  s.cut[2] = 0.9;
+  for (std::size_t n : {7, 512, 1061})
+    for (std::size_t unit : {1, 6, 16}) {
+      expect_ranges_cover(s, n, unit);
+      for (std::size_t i = 0; i < 3; ++i) {
+        const auto [lo, hi] = s.range(n, i, unit);
+        EXPECT_NEAR(static_cast<double>(hi - lo), s.fraction(i) * static_cast<double>(n), 1.0 * unit)
+            << "task " << i << ", n " << n << ", unit " << unit;
+      }
+    }
+  const auto half = xshard::balanced_shares::equal(2).range(512, 0, 6);  // 86 tiles of 6 (the last 2 rows short)
+  EXPECT_EQ(half.second, 258u);
+}
+
+TEST(Rebalance, MovesTowardTheMeasuredSpeedsAndKeepsTheMeanOne) {
+  // Thread 1 runs at half thread 0's speed. One call with equal shares:
+  // work per second 5000 and 2500 (mean 3750), so the speeds move 1/16 of
+  // the way toward 4/3 and 2/3.
+  std::array<double, 2> speed{1.0, 1.0};
+  xshard::detail::balanced_timing m;
+  m.tasks = 2;
+  m.fraction = {0.5, 0.5};
+  m.seconds = {1e-4, 2e-4};
+  m.runner = {0, 1};
+  xshard::detail::rebalance(speed, m);
+  EXPECT_NEAR(speed[0], 1.0 + (4.0 / 3 - 1) / 16, 1e-12);
+  EXPECT_NEAR(speed[1], 1.0 + (2.0 / 3 - 1) / 16, 1e-12);
+  // Calls split by the speeds, each task's time its share over its
+  // thread's true speed: the shares settle at 2/3 and 1/3, the threads
+  // finishing together.
+  for (int call = 0; call < 400; ++call) {
+    m.fraction = {speed[0] / (speed[0] + speed[1]), speed[1] / (speed[0] + speed[1])};
+    m.seconds = {m.fraction[0] * 1e-4 / 1.0, m.fraction[1] * 1e-4 / 0.5};
+    xshard::detail::rebalance(speed, m);
+  }
+  EXPECT_NEAR(speed[0] / (speed[0] + speed[1]), 2.0 / 3, 1e-6);
+  EXPECT_NEAR(speed[0] + speed[1], 2.0, 1e-9);
+  // A task run by the other thread (its own had not joined yet) counts for
+  // the thread that ran it.
+  std::array<double, 2> both_on_0{1.0, 1.0};
+  m.fraction = {0.5, 0.5};
+  m.seconds = {1e-4, 1e-4};
+  m.runner = {0, 0};
+  xshard::detail::rebalance(both_on_0, m);
+  EXPECT_NEAR(both_on_0[0], 1.0, 1e-12);
+  EXPECT_NEAR(both_on_0[1], 1.0, 1e-12);
+  // Too short to measure (under 5 us): no change.
+  std::array<double, 2> short_call{1.2, 0.8};
+  m.runner = {0, 1};
+  m.seconds = {1e-6, 9e-6};
+  xshard::detail::rebalance(short_call, m);
+  EXPECT_EQ(short_call[0], 1.2);
+  EXPECT_EQ(short_call[1], 0.8);
+  // A thread ten times slower: its speed stops at 1/2 (and the other's at 2).
+  std::array<double, 2> far{1.0, 1.0};
+  for (int call = 0; call < 2000; ++call) {
+    m.fraction = {far[0] / (far[0] + far[1]), far[1] / (far[0] + far[1])};
+    m.seconds = {m.fraction[0] * 1e-4, m.fraction[1] * 1e-3};
+    xshard::detail::rebalance(far, m);
+  }
+  EXPECT_GE(far[1], 0.5);
+  EXPECT_LE(far[0], 2.0);
+  EXPECT_NEAR(far[1], 0.5, 1e-3);
+}
+
+TEST(ThreadPool, BalancedCallsRunEveryTaskOnceBetweenOtherCalls) {
+  // Balanced calls (one task per thread, task i on thread i unless a
+  // thread is late) interleaved with plain ones on a pool with more threads
+  // than cores: every task of every call runs once, inside its call, and
+  // the shares stay cuts of [0, 1) within the speeds' bounds.
+  for (std::size_t threads : {2, 3, 5}) {
+    xshard::thread_pool pool(threads);
+    std::atomic<int> current{-1}, stray{0};
+    std::vector<std::atomic<int>> hits(64);
+    for (int c = 0; c < 3000; ++c) {
+      current.store(c);
+      const bool balanced = c % 3 != 2;
+      const xshard::balanced_shares s = pool.shares(balanced ? threads : 2);
+      ASSERT_EQ(s.tasks, balanced ? threads : 2);
+      for (std::size_t i = 0; i < s.tasks; ++i) {
+        ASSERT_LE(s.cut[i], s.cut[i + 1]);
+        ASSERT_GE(s.fraction(i), 0.5 / 2.0 / static_cast<double>(s.tasks) - 1e-12);
+      }
+      const std::size_t n = balanced ? s.tasks : static_cast<std::size_t>(c % 7 + 1);
+      for (auto& h : hits) h.store(0);
+      const auto body = [&, c](std::size_t i) {
+        if (current.load() != c) stray.fetch_add(1);
+        // Task 0 does more work than the others: the caller is the slow one.
+        volatile double x = 0;
+        for (int k = 0; k < (i == 0 ? 2000 : 200); ++k) x = x + 1;
+        hits[i].fetch_add(1);
+      };
+      if (balanced)
+        pool.parallel_for_balanced(s, body);
+      else
+        pool.parallel_for(n, body);
+      current.store(-1);
+      for (std::size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), i < n ? 1 : 0) << "call " << c;
+      if (c % 1000 == 999) std::this_thread::sleep_for(std::chrono::microseconds(400));
+    }
+    EXPECT_EQ(stray.load(), 0);
+  }
+}
+
+TEST(ThreadPool, BalancedCallRethrowsAndNestsSerially) {
+  xshard::thread_pool pool(2);
+  const xshard::balanced_shares s = pool.shares(2);
+  std::atomic<int> ran{0};
+  EXPECT_THROW(pool.parallel_for_balanced(s,
+                                          [&](std::size_t i) {
+                                            ran.fetch_add(1);
+                                            if (i == 1) throw std::runtime_error("task failed");
+                                          }),
+               std::runtime_error);
+  EXPECT_EQ(ran.load(), 2);
+  std::vector<std::atomic<int>> hits(4);
+  pool.parallel_for_balanced(s, [&](std::size_t i) {
+    const auto outer = std::this_thread::get_id();
+    pool.parallel_for_balanced(s, [&](std::size_t j) {
+      EXPECT_EQ(std::this_thread::get_id(), outer);
+      hits[i * 2 + j].fetch_add(1);
+    });
+  });
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+  // Allocates nothing on the calling thread.
+  const std::size_t before = xshard_test::alloc_stats::thread_allocations();
+  for (int call = 0; call < 20; ++call) pool.parallel_for_balanced(pool.shares(2), [&](std::size_t) {});
+  EXPECT_EQ(xshard_test::alloc_stats::thread_allocations() - before, 0u);
 }
 
 TEST(ParallelRanges, CoverEveryItemOnceOnUnitBoundaries) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -16,6 +17,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -78,12 +80,81 @@ inline void cpu_relax() {
   asm volatile("yield");
 #endif
 }
+
+/// The most tasks a balanced call (thread_pool::parallel_for_balanced)
+/// splits its work into: one per thread of a pool of up to this many.
+inline constexpr std::size_t max_balanced_tasks = 64;
+
+/// What a balanced call's tasks measured: task i had fraction[i] of the
+/// work, ran for seconds[i] and ran on thread runner[i] (0 the caller, w
+/// the w-th worker).
+struct balanced_timing {
+  std::size_t tasks = 0;
+  std::array<double, max_balanced_tasks> fraction{}, seconds{};
+  std::array<std::size_t, max_balanced_tasks> runner{};
+};
+
+/// A balanced call's effect on the threads' relative speeds (mean 1 over
+/// the call's threads): each thread's speed moves by `rate` of the way
+/// toward its tasks' work per second (over the call's mean), then the
+/// speeds are brought back to mean 1 and kept within [1/2, 2]. A call with
+/// a task shorter than `min_seconds` (too short to tell a slower thread from
+/// a late start or an interrupt) changes nothing.
+inline void rebalance(std::span<double> speed, const balanced_timing& m, double rate = 1.0 / 16,
+                      double min_seconds = 5e-6) {
+  const std::size_t n = std::min(m.tasks, speed.size());
+  if (n < 2) return;
+  double mean = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!(m.seconds[i] >= min_seconds) || !(m.fraction[i] > 0)) return;
+    mean += m.fraction[i] / m.seconds[i];
+  }
+  mean /= static_cast<double>(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    double& v = speed[std::min(m.runner[i], n - 1)];
+    v += rate * (m.fraction[i] / m.seconds[i] / mean - v);
+  }
+  double total = 0;
+  for (std::size_t i = 0; i < n; ++i) total += speed[i];
+  for (std::size_t i = 0; i < n; ++i) speed[i] = std::clamp(speed[i] * static_cast<double>(n) / total, 0.5, 2.0);
+}
 }  // namespace detail
+
+/// How a balanced call divides its work: task i gets [cut[i], cut[i + 1])
+/// of [0, 1), in proportion to the speed of the thread that runs it
+/// (thread_pool::balanced_shares).
+struct balanced_shares {
+  std::size_t tasks = 1;
+  std::array<double, detail::max_balanced_tasks + 1> cut{0.0, 1.0};
+
+  /// Equal shares of `tasks` (1 to max_balanced_tasks).
+  static balanced_shares equal(std::size_t tasks) {
+    balanced_shares s;
+    s.tasks = std::clamp<std::size_t>(tasks, 1, detail::max_balanced_tasks);
+    for (std::size_t i = 0; i <= s.tasks; ++i) s.cut[i] = static_cast<double>(i) / static_cast<double>(s.tasks);
+    return s;
+  }
+  /// Task i's range of [0, n): boundaries on multiples of `unit` (the last
+  /// at n), each share's cut rounded to the nearest unit. The ranges cover
+  /// [0, n) once, in order; a small share may be empty.
+  std::pair<std::size_t, std::size_t> range(std::size_t n, std::size_t i, std::size_t unit) const {
+    const std::size_t units = (n + unit - 1) / unit;
+    const auto at = [&](std::size_t k) -> std::size_t {
+      if (k == 0) return 0;
+      if (k >= tasks) return n;
+      const auto u = static_cast<std::size_t>(cut[k] * static_cast<double>(units) + 0.5);
+      return std::min(std::min(u, units) * unit, n);
+    };
+    return {at(i), std::max(at(i), at(i + 1))};
+  }
+  double fraction(std::size_t i) const { return cut[i + 1] - cut[i]; }
+};
 
 class thread_pool {
  public:
   explicit thread_pool(std::size_t threads) {
-    for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
+    for (auto& v : speed_) v.store(1.0, std::memory_order_relaxed);
   }
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
@@ -137,6 +208,61 @@ class thread_pool {
     generation_.fetch_add(1, std::memory_order_seq_cst);
     wait_until([&] { return work_.active.load(std::memory_order_seq_cst) == 0; });
     if (error_) std::rethrow_exception(error_);
+  }
+
+  /// The shares of a balanced call of `tasks` tasks: in proportion to the
+  /// threads' measured speeds when there is one task per thread
+  /// (tasks == size()), equal otherwise.
+  balanced_shares shares(std::size_t tasks) const {
+    balanced_shares s = balanced_shares::equal(tasks);
+    if (tasks != size() || tasks < 2 || tasks > detail::max_balanced_tasks) return s;
+    double total = 0;
+    for (std::size_t i = 0; i < tasks; ++i) total += speed_[i].load(std::memory_order_relaxed);
+    double at = 0;
+    for (std::size_t i = 1; i < tasks; ++i) {
+      at += speed_[i - 1].load(std::memory_order_relaxed);
+      s.cut[i] = at / total;
+    }
+    return s;
+  }
+
+  /// parallel_for(s.tasks, f) for tasks that split their work by `s`
+  /// (balanced_shares::range): with one task per thread, task i runs on
+  /// thread i (0 the caller, i the i-th worker; a thread that has not joined
+  /// yet has its task taken by one that has), each task is timed, and the
+  /// threads' speeds move toward what the times say (detail::rebalance), so
+  /// that the next call's shares() give a thread that runs slower (a vCPU
+  /// the hypervisor shares, a core that is busy elsewhere) less work and
+  /// the threads finish together. Which thread runs which share never
+  /// changes a result whose elements each come from one task, and shares()
+  /// change by small steps, so a thread's share of one call is nearly the
+  /// one it had the call before (its data stays in its cache).
+  void parallel_for_balanced(const balanced_shares& s, task_ref f) {
+    const std::size_t n = s.tasks;
+    if (n != size() || n < 2 || inside_) return parallel_for(n, f);
+    std::lock_guard call(call_mu_);
+    job_ = &f;
+    total_ = n;
+    error_ = nullptr;
+    balanced_ = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      claimed_[i].store(false, std::memory_order_relaxed);
+      timing_.fraction[i] = s.fraction(i);
+    }
+    timing_.tasks = n;
+    work_.done.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_seq_cst);
+    wake(cv_, sleepers_);
+    run_balanced(f, n, 0);
+    wait_until([&] { return work_.done.load(std::memory_order_acquire) == n; });
+    generation_.fetch_add(1, std::memory_order_seq_cst);
+    wait_until([&] { return work_.active.load(std::memory_order_seq_cst) == 0; });
+    balanced_ = false;
+    if (error_) std::rethrow_exception(error_);
+    std::array<double, detail::max_balanced_tasks> speed{};
+    for (std::size_t i = 0; i < n; ++i) speed[i] = speed_[i].load(std::memory_order_relaxed);
+    detail::rebalance(std::span<double>(speed.data(), n), timing_);
+    for (std::size_t i = 0; i < n; ++i) speed_[i].store(speed[i], std::memory_order_relaxed);
   }
 
  private:
@@ -213,13 +339,42 @@ class thread_pool {
     work_.done.fetch_add(mine, std::memory_order_seq_cst);
     if (!caller) wake(finished_, waiters_);
   }
+  /// A balanced call's tasks on thread `slot`: its own task first (if no
+  /// thread took it), then any task no thread has taken, each timed.
+  void run_balanced(task_ref job, std::size_t total, std::size_t slot) {
+    const bool was_inside = inside_;
+    inside_ = true;
+    std::size_t mine = 0;
+    std::exception_ptr err;
+    const auto run = [&](std::size_t i) {
+      if (claimed_[i].exchange(true, std::memory_order_acq_rel)) return;
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        job(i);
+      } catch (...) {
+        if (!err) err = std::current_exception();
+      }
+      timing_.seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      timing_.runner[i] = slot;
+      ++mine;
+    };
+    if (slot < total) run(slot);
+    for (std::size_t i = 0; i < total; ++i) run(i);
+    inside_ = was_inside;
+    if (err) {
+      std::lock_guard lock(mu_);
+      if (!error_) error_ = err;
+    }
+    work_.done.fetch_add(mine, std::memory_order_seq_cst);
+    if (slot != 0) wake(finished_, waiters_);
+  }
   /// A worker: waits for an open call (an odd generation it has not seen),
   /// joins it (counted in work_.active before it reads the job, and only
   /// while the call is still open: the caller closes it before it waits
   /// for work_.active to drop to 0), runs tasks, leaves. No lock on this
   /// path: a call costs the cache lines of generation_ and work_ moving
   /// between cores, not a mutex's.
-  void work() {
+  void work(std::size_t slot) {
     std::size_t seen = 0;
     const auto called = [&] {
       if (stop_.load(std::memory_order_acquire)) return true;
@@ -237,7 +392,10 @@ class thread_pool {
         leave();
         continue;
       }
-      run_tasks(*job_, total_);
+      if (balanced_)
+        run_balanced(*job_, total_, slot);
+      else
+        run_tasks(*job_, total_);
       leave();
     }
   }
@@ -250,6 +408,14 @@ class thread_pool {
   const task_ref* job_ = nullptr;
   std::size_t total_ = 0;
   std::exception_ptr error_;  // under mu_ while the call runs
+  // A balanced call (parallel_for_balanced): written by the caller before
+  // the generation that opens it; its tasks' claims and times.
+  bool balanced_ = false;
+  std::array<std::atomic<bool>, detail::max_balanced_tasks> claimed_{};
+  detail::balanced_timing timing_;  // task i's entries written by the thread that ran it
+  // Each thread's relative speed (0 the caller, w the w-th worker), mean 1:
+  // what shares() splits by; updated after each balanced call.
+  std::array<std::atomic<double>, detail::max_balanced_tasks> speed_{};
   // Odd while a call is open; read by the spinning workers.
   alignas(64) std::atomic<std::size_t> generation_{0};
   // The open call's counters, on a line of their own.

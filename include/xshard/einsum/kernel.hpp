@@ -816,7 +816,20 @@ void gemm_run(const gemm_problem<T>& g) {
   const auto grid = gemm_thread_grid(batches, M, N, K, threads, Kernel::mr, Kernel::nr, blocking<T>::nc,
                                      !reads_a_in_place<T>(g.m_a, g.k_a), b_layout_in_place<T>(g.n_b, g.k_b), kb);
   if (grid[3] > 1) return gemm_run_split_k<T, Kernel>(g, kb);
-  default_thread_pool().parallel_for(threads, [&](std::size_t t) {
+  thread_pool& pool = default_thread_pool();
+  if (grid[0] == 1 && (grid[1] == threads || grid[2] == threads)) {
+    // One dim split over every thread: by the threads' measured speeds
+    // (thread_pool::parallel_for_balanced), on whole tiles.
+    const bool rows = grid[1] == threads;
+    const balanced_shares s = pool.shares(threads);
+    pool.parallel_for_balanced(s, [&](std::size_t t) {
+      const auto [a0, a1] = s.range(rows ? M : N, t, rows ? Kernel::mr : Kernel::nr);
+      if (a0 < a1)
+        gemm_share<T, Kernel>(g, {0, batches, rows ? a0 : 0, rows ? a1 : M, rows ? 0 : a0, rows ? N : a1}, out);
+    });
+    return;
+  }
+  pool.parallel_for(threads, [&](std::size_t t) {
     const std::size_t tb = t / (grid[1] * grid[2]), tm = (t / grid[2]) % grid[1], tn = t % grid[2];
     const auto [b0, b1] = split_range(batches, grid[0], tb, 1);
     const auto [m0, m1] = split_range(M, grid[1], tm, Kernel::mr);

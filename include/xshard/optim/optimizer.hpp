@@ -89,8 +89,8 @@ struct update_segment {
 
 /// The segments over the thread pool in one parallel region: one task per
 /// thread (as many as parallel_ranges would use for all the elements), and
-/// task i runs rule.update_range on share i of every segment (split_range,
-/// on 16-element boundaries). Several tensors cost one synchronisation, and
+/// task i runs rule.update_range on share i of every segment (the pool's
+/// balanced shares, on 16-element boundaries, as a GEMM's). Several tensors cost one synchronisation, and
 /// the same bits as one call per tensor (each element's update is its own).
 /// Each tensor is cut by itself, so a task's share of a weight is the block
 /// of its rows that a GEMM splitting the gradient's rows over as many
@@ -106,17 +106,19 @@ void update_segments(const Rule& rule, std::span<const update_segment<T>> segs, 
   for (const update_segment<T>& sg : segs) total += sg.n;
   std::size_t tasks = total / parallel_grain;
   if (tasks > 1) tasks = std::min(tasks, usable_threads());
-  const auto share = [&](std::size_t i, std::size_t parts) {
+  const auto share = [&](std::size_t i, const balanced_shares& parts) {
     for (const update_segment<T>& sg : segs) {
-      const auto [a, b] = split_range(sg.n, parts, i, parallel_unit);
+      const auto [a, b] = parts.range(sg.n, i, parallel_unit);
       if (a >= b) continue;
       std::array<T*, max_rule_states> s{};
       for (std::size_t j = 0; j < s.size(); ++j) s[j] = sg.s[j] ? sg.s[j] + a : nullptr;
       rule.update_range(sg.p + a, sg.g + a, scale, s.data(), b - a, t);
     }
   };
-  if (tasks <= 1) return share(0, 1);
-  default_thread_pool().parallel_for(tasks, [&](std::size_t i) { share(i, tasks); });
+  if (tasks <= 1) return share(0, balanced_shares::equal(1));
+  thread_pool& pool = default_thread_pool();
+  const balanced_shares parts = pool.shares(tasks);
+  pool.parallel_for_balanced(parts, [&](std::size_t i) { share(i, parts); });
 }
 
 /// One tensor's n elements over the thread pool (Rule::update).
