@@ -5,6 +5,10 @@
 // f(i) for i in [0, n) on the pool and the calling thread and returns when
 // all are done. Work is handed out by index, so which thread runs a task never
 // changes the result of a task that writes its own output.
+// parallel_for_balanced(shares(n), f) runs one task per thread, task i on
+// thread i, and times them: shares() cuts the next call's work by each
+// thread's measured speed (threads on vCPUs that a hypervisor runs at
+// different speeds finish together), which the GEMM and the optimizer use.
 #pragma once
 
 #include <algorithm>
