@@ -90,8 +90,9 @@ struct update_segment {
 /// The segments over the thread pool in one parallel region: one task per
 /// thread (as many as parallel_ranges would use for all the elements), and
 /// task i runs rule.update_range on share i of every segment (the pool's
-/// balanced shares, on 16-element boundaries, as a GEMM's). Several tensors cost one synchronisation, and
-/// the same bits as one call per tensor (each element's update is its own).
+/// balanced shares, on 16-element boundaries, as a GEMM's). Several tensors
+/// cost one synchronisation, and the same bits as one call per tensor (each
+/// element's update is its own).
 /// Each tensor is cut by itself, so a task's share of a weight is the block
 /// of its rows that a GEMM splitting the gradient's rows over as many
 /// threads wrote on the same thread (the pool's task i runs on the same
