@@ -195,23 +195,8 @@ class thread_pool {
       for (std::size_t i = 0; i < n; ++i) f(i);
       return;
     }
-    std::lock_guard call(call_mu_);  // one parallel_for at a time
-    // Publish the call: its job and size, then an odd generation (open).
-    job_ = &f;
-    total_ = n;
-    error_ = nullptr;
-    work_.next.store(1, std::memory_order_relaxed);  // task 0 is the caller's (below)
-    work_.done.store(0, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_seq_cst);
-    wake(cv_, sleepers_);
-    run_tasks(f, n, true);
-    // Wait for every task, close the call (an even generation: no worker
-    // joins it any more), then wait for the workers that joined it to
-    // leave, so none can take an index of the next call or read its job.
-    wait_until([&] { return work_.done.load(std::memory_order_acquire) == n; });
-    generation_.fetch_add(1, std::memory_order_seq_cst);
-    wait_until([&] { return work_.active.load(std::memory_order_seq_cst) == 0; });
-    if (error_) std::rethrow_exception(error_);
+    std::lock_guard call(call_mu_);  // one call at a time
+    run_call(f, n, false);
   }
 
   /// The shares of a balanced call of `tasks` tasks: in proportion to the
@@ -244,25 +229,10 @@ class thread_pool {
   void parallel_for_balanced(const balanced_shares& s, task_ref f) {
     const std::size_t n = s.tasks;
     if (n != size() || n < 2 || inside_) return parallel_for(n, f);
-    std::lock_guard call(call_mu_);
-    job_ = &f;
-    total_ = n;
-    error_ = nullptr;
-    balanced_ = true;
-    for (std::size_t i = 0; i < n; ++i) {
-      claimed_[i].store(false, std::memory_order_relaxed);
-      timing_.fraction[i] = s.fraction(i);
-    }
+    std::lock_guard call(call_mu_);  // one call at a time, and timing_ is this call's until rebalanced
+    for (std::size_t i = 0; i < n; ++i) timing_.fraction[i] = s.fraction(i);
     timing_.tasks = n;
-    work_.done.store(0, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_seq_cst);
-    wake(cv_, sleepers_);
-    run_balanced(f, n, 0);
-    wait_until([&] { return work_.done.load(std::memory_order_acquire) == n; });
-    generation_.fetch_add(1, std::memory_order_seq_cst);
-    wait_until([&] { return work_.active.load(std::memory_order_seq_cst) == 0; });
-    balanced_ = false;
-    if (error_) std::rethrow_exception(error_);
+    run_call(f, n, true);
     std::array<double, detail::max_balanced_tasks> speed{};
     for (std::size_t i = 0; i < n; ++i) speed[i] = speed_[i].load(std::memory_order_relaxed);
     detail::rebalance(std::span<double>(speed.data(), n), timing_);
@@ -314,56 +284,68 @@ class thread_pool {
     wake(finished_, waiters_);
   }
 
-  /// Runs tasks until none is left: the caller first runs task 0, then
-  /// everyone takes the next index. With as many tasks as threads (a GEMM's
-  /// or parallel_ranges' shares) the caller's share is the same one call
-  /// after call, and so, while the workers are awake, are theirs: the data
-  /// a thread wrote stays in its core's cache for the next call that splits
-  /// it the same way.
-  void run_tasks(task_ref job, std::size_t total, bool caller = false) {
-    const bool was_inside = inside_;
-    inside_ = true;
-    std::size_t mine = 0;
-    std::exception_ptr err;
-    auto run = [&](std::size_t i) {
-      try {
-        job(i);
-      } catch (...) {
-        if (!err) err = std::current_exception();
-      }
-      ++mine;
-    };
-    if (caller) run(0);
-    for (std::size_t i; (i = work_.next.fetch_add(1, std::memory_order_relaxed)) < total;) run(i);
-    inside_ = was_inside;
-    if (err) {
-      std::lock_guard lock(mu_);
-      if (!error_) error_ = err;
-    }
-    work_.done.fetch_add(mine, std::memory_order_seq_cst);
-    if (!caller) wake(finished_, waiters_);
+  /// One call of n tasks on the pool and the calling thread (parallel_for,
+  /// parallel_for_balanced): publishes it (its job and size, then an odd
+  /// generation: open), runs tasks, waits for every task, closes the call
+  /// (an even generation: no worker joins it any more), then waits for the
+  /// workers that joined it to leave, so none can take an index of the next
+  /// call or read its job; rethrows the first exception.
+  /// @pre the caller holds call_mu_.
+  void run_call(task_ref f, std::size_t n, bool balanced) {
+    job_ = &f;
+    total_ = n;
+    error_ = nullptr;
+    balanced_ = balanced;
+    if (balanced)
+      for (std::size_t i = 0; i < n; ++i) claimed_[i].store(false, std::memory_order_relaxed);
+    else
+      work_.next.store(1, std::memory_order_relaxed);  // task 0 is the caller's (run_tasks)
+    work_.done.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_seq_cst);
+    wake(cv_, sleepers_);
+    run_tasks(f, n, 0);
+    wait_until([&] { return work_.done.load(std::memory_order_acquire) == n; });
+    generation_.fetch_add(1, std::memory_order_seq_cst);
+    wait_until([&] { return work_.active.load(std::memory_order_seq_cst) == 0; });
+    balanced_ = false;
+    if (error_) std::rethrow_exception(error_);
   }
-  /// A balanced call's tasks on thread `slot`: its own task first (if no
-  /// thread took it), then any task no thread has taken, each timed.
-  void run_balanced(task_ref job, std::size_t total, std::size_t slot) {
+
+  /// Runs tasks of the open call on thread `slot` (0 the caller, w the w-th
+  /// worker) until none is left. A plain call: the caller first runs task 0,
+  /// then everyone takes the next index. With as many tasks as threads (a
+  /// GEMM's or parallel_ranges' shares) the caller's share is the same one
+  /// call after call, and so, while the workers are awake, are theirs: the
+  /// data a thread wrote stays in its core's cache for the next call that
+  /// splits it the same way. A balanced call: the thread's own task first
+  /// (if no thread took it), then any task no thread has taken, each timed.
+  void run_tasks(task_ref job, std::size_t total, std::size_t slot) {
     const bool was_inside = inside_;
     inside_ = true;
     std::size_t mine = 0;
     std::exception_ptr err;
     const auto run = [&](std::size_t i) {
-      if (claimed_[i].exchange(true, std::memory_order_acq_rel)) return;
-      const auto t0 = std::chrono::steady_clock::now();
       try {
         job(i);
       } catch (...) {
         if (!err) err = std::current_exception();
       }
-      timing_.seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      timing_.runner[i] = slot;
       ++mine;
     };
-    if (slot < total) run(slot);
-    for (std::size_t i = 0; i < total; ++i) run(i);
+    if (balanced_) {
+      const auto timed = [&](std::size_t i) {
+        if (claimed_[i].exchange(true, std::memory_order_acq_rel)) return;
+        const auto t0 = std::chrono::steady_clock::now();
+        run(i);
+        timing_.seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        timing_.runner[i] = slot;
+      };
+      if (slot < total) timed(slot);
+      for (std::size_t i = 0; i < total; ++i) timed(i);
+    } else {
+      if (slot == 0) run(0);
+      for (std::size_t i; (i = work_.next.fetch_add(1, std::memory_order_relaxed)) < total;) run(i);
+    }
     inside_ = was_inside;
     if (err) {
       std::lock_guard lock(mu_);
@@ -396,10 +378,7 @@ class thread_pool {
         leave();
         continue;
       }
-      if (balanced_)
-        run_balanced(*job_, total_, slot);
-      else
-        run_tasks(*job_, total_);
+      run_tasks(*job_, total_, slot);
       leave();
     }
   }
