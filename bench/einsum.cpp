@@ -54,6 +54,9 @@
 //                         same contraction as a fixed-size row-major 8x64 by
 //                         64x8 Eigen::Matrix product and as an
 //                         Eigen::TensorFixedSize contraction.
+//   small/dynamic_8x8/... the same 8x8 product on xt::xtensor (run-time
+//                         shapes: einsum's general path, whose time is its
+//                         per-call dispatch) beside Eigen::MatrixXf.
 //
 // Cases (the einsum issue's six, shapes as there):
 //   fwd      ...n,mn->...m    x(8,512,1024) w(1024,1024)        M=4096 N=1024 K=1024
@@ -444,7 +447,40 @@ void bench_small3_xshard(State& state) {
   state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
 }
 
+/// The general path on a tiny product of run-time shapes (xt::xtensor 8x8):
+/// what a call costs besides its arithmetic (binding, extents checks, the
+/// GEMM problem's lookup, the driver).
+void bench_small_dynamic_xshard(State& state) {
+  xt::xtensor<float, 2> a({8, 8}), b({8, 8}), c({8, 8});
+  fill_random<float>(a, 3);
+  fill_random<float>(b, 4);
+  xshard::einsum_into<"ij,jk->ik">(c, a, b);
+  const std::size_t before = alloc_stats::allocations();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(a.data());
+    benchmark::DoNotOptimize(b.data());
+    xshard::einsum_into<"ij,jk->ik">(c, a, b);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  const std::size_t allocs = alloc_stats::allocations() - before;
+  set_flops(state, 2.0 * 8 * 8 * 8);
+  state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
+}
+
 #if XSHARD_BENCH_HAVE_EIGEN
+void bench_small_dynamic_eigen(State& state) {  // Eigen::MatrixXf: run-time shapes too
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(8, 8), b = Eigen::MatrixXf::Random(8, 8), c(8, 8);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(a.data());
+    benchmark::DoNotOptimize(b.data());
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, 2.0 * 8 * 8 * 8);
+}
+
 template <int N>
 void bench_small_eigen(State& state) {
   Eigen::Matrix<float, N, N> a = Eigen::Matrix<float, N, N>::Random();
@@ -655,6 +691,7 @@ void register_all() {
   small("small/16x16/xshard", bench_small_xshard<16>);
   small("small/32x32/xshard", bench_small_xshard<32>);
   small("small/ijk_jkl_8/xshard", bench_small3_xshard);
+  small("small/dynamic_8x8/xshard", bench_small_dynamic_xshard);
 #if XSHARD_BENCH_HAVE_EIGEN
   small("small/4x4/eigen", bench_small_eigen<4>);
   small("small/8x8/eigen", bench_small_eigen<8>);
@@ -662,6 +699,7 @@ void register_all() {
   small("small/32x32/eigen", bench_small_eigen<32>);
   small("small/ijk_jkl_8/eigen", bench_small3_eigen_matrix);
   small("small/ijk_jkl_8/eigen_tensor", bench_small3_eigen_tensor);
+  small("small/dynamic_8x8/eigen", bench_small_dynamic_eigen);
 #endif
 }
 
@@ -697,7 +735,8 @@ class summary_reporter : public benchmark::ConsoleReporter {
       std::fprintf(o, "%-16s %9.1f %9.1f %9.1f %9.1f %9.2f %9.2f %9.2f\n", c, x, b, f32 ? y : NAN, e, x / b,
                    f32 ? x / y : NAN, x / e);
     }
-    for (const char* c : {"small/4x4", "small/8x8", "small/16x16", "small/32x32", "small/ijk_jkl_8"}) {
+    for (const char* c :
+         {"small/4x4", "small/8x8", "small/16x16", "small/32x32", "small/ijk_jkl_8", "small/dynamic_8x8"}) {
       const std::string s(c);
       const double x = get(s + "/xshard"), e = get(s + "/eigen");
       std::fprintf(o, "%-16s %9.1f %9s %9s %9.1f %9s %9s %9.2f\n", c, x, "-", "-", e, "-", "-", x / e);

@@ -452,6 +452,34 @@ TEST(EinsumErrors, TypedFaceChecksDynamicExtentsAtRunTime) {
                       "operand 1 has rank 3 but its subscripts name 2 dims");
 }
 
+// Operands of static ranks (xt::xtensor) are bound to the equation at
+// compile time, run-time ranks (xt::xarray) at each call: the same labels,
+// extents checks, results and errors either way.
+TEST(EinsumErrors, StaticRanksBindAtCompileTimeWithTheSameResultsAndErrors) {
+  using T2 = xt::xtensor<double, 2>;
+  using T3 = xt::xtensor<double, 3>;
+  static_assert(xshard::detail::static_bound<"...n,mn->...m", T3, T2>() != nullptr);
+  static_assert(xshard::detail::static_bound<"...n,mn->...m", X, T2>() == nullptr);
+  constexpr const xshard::einsum_binding* bound = xshard::detail::static_bound<"...ij,jk->...ik", T3, T2>();
+  static_assert(bound->ellipsis_dims == 1 && bound->output_labels.size() == 3);
+  const T3 x = arange(24, {2, 3, 4});
+  const T2 w = arange(20, {4, 5});
+  const X want = xshard::einsum<"...ij,jk->...ik">(X(x), X(w));  // bound at run time
+  const T3 got = xshard::einsum<"...ij,jk->...ik">(x, w);        // bound at compile time
+  ASSERT_EQ(X(got).shape(), want.shape());
+  EXPECT_TRUE(xt::all(xt::equal(X(got), want)));
+  // A broadcast ellipsis (extent 1 against 2) and a summed one.
+  const T3 one = arange(12, {1, 3, 4});
+  EXPECT_TRUE(xt::all(
+      xt::equal(X(xshard::einsum<"...ij,...ij->...i">(x, one)), xshard::einsum<"...ij,...ij->...i">(X(x), X(one)))));
+  EXPECT_TRUE(xt::all(xt::equal(X(xshard::einsum<"...ij->j">(x)), xshard::einsum<"...ij->j">(X(x)))));
+  // The extents check names the same subscript and extents.
+  EXPECT_XSHARD_ERROR(((void)xshard::einsum<"...ij,jk->...ik">(x, T2::from_shape({5, 5}))),
+                      "subscript 'j' has extents 4 and 5");
+  EXPECT_XSHARD_ERROR(((void)xshard::einsum<"...ij,jk->...ik">(X(x), X(T2::from_shape({5, 5})))),
+                      "subscript 'j' has extents 4 and 5");
+}
+
 // parse_einsum's diagnostics carry the code, column and character.
 TEST(EinsumErrors, ParseDiagnostics) {
   using xshard::errc;

@@ -118,6 +118,14 @@ struct bounded_vector {
   T* end() { return items + count; }
   const T* begin() const { return items; }
   const T* end() const { return items + count; }
+
+  /// The used items compared (the unused ones are not read).
+  friend bool operator==(const bounded_vector& a, const bounded_vector& b) {
+    if (a.count != b.count) return false;
+    for (std::size_t i = 0; i < a.count; ++i)
+      if (!(a.items[i] == b.items[i])) return false;
+    return true;
+  }
 };
 
 }  // namespace xshard

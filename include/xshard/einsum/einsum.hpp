@@ -72,20 +72,38 @@ struct strided_operand {
 template <class T>
 using operand_list = bounded_vector<strided_operand<T>, max_einsum_operands>;
 using label_list = static_vector<int, max_einsum_labels>;
+/// One group of a contraction's labels (batch, M, N or K), per call: a
+/// bounded list (a static_vector here zeroed 304 bytes per group per call).
+using label_group = bounded_vector<int, max_einsum_labels>;
 /// An output's shape and strides (its rank is the output labels').
 using extent_list = static_vector<std::size_t, max_einsum_rank>;
 using stride_list = static_vector<std::ptrdiff_t, max_einsum_rank>;
 
 /// Per label id: the summed stride of its dims (a diagonal), 0 when the
-/// operand broadcasts it (extent 1 against a larger extent).
+/// operand broadcasts it (extent 1 against a larger extent). Only the ids
+/// below the call's label bound are set and read (zeroing all of them cost
+/// 684 bytes of stores per table, three or four tables per contraction).
 struct label_strides {
-  std::ptrdiff_t s[max_einsum_labels]{};
-  bool has[max_einsum_labels]{};
+  int n;  // ids [0, n) are set
+  std::ptrdiff_t s[max_einsum_labels];
+  bool has[max_einsum_labels];
+
+  explicit label_strides(const einsum_extents& ext) : n(ext.label_bound) {
+    std::fill_n(s, n, std::ptrdiff_t{0});
+    std::fill_n(has, n, false);
+  }
+  label_strides(const label_strides& o) : n(o.n) { *this = o; }
+  label_strides& operator=(const label_strides& o) {
+    n = o.n;
+    std::copy_n(o.s, n, s);
+    std::copy_n(o.has, n, has);
+    return *this;
+  }
 };
 
 template <class T>
 label_strides strides_by_label(const strided_operand<T>& op, const einsum_extents& ext) {
-  label_strides r;
+  label_strides r(ext);
   for (std::size_t d = 0; d < op.labels.size(); ++d) {
     const int id = op.labels[d];
     r.has[id] = true;
@@ -98,7 +116,7 @@ label_strides strides_by_label(const strided_operand<T>& op, const einsum_extent
 /// The output's strides by label (0 for extent-1 labels).
 inline label_strides output_strides_by_label(std::span<const int> labels, std::span<const std::ptrdiff_t> strides,
                                              const einsum_extents& ext) {
-  label_strides r;
+  label_strides r(ext);
   for (std::size_t d = 0; d < labels.size(); ++d) {
     r.has[labels[d]] = true;
     r.s[labels[d]] = ext.of[labels[d]] == 1 ? 0 : strides[d];
@@ -111,7 +129,7 @@ inline label_strides output_strides_by_label(std::span<const int> labels, std::s
 /// An insertion sort: stable like std::stable_sort, so the same order, and a
 /// group is a few labels (std::stable_sort here cost every including TU
 /// its instantiation).
-inline void sort_by_stride(label_list& labels, const label_strides& s) {
+inline void sort_by_stride(label_group& labels, const label_strides& s) {
   auto abs_stride = [&s](int id) { return s.s[id] < 0 ? -s.s[id] : s.s[id]; };
   for (std::size_t i = 1; i < labels.size(); ++i) {
     const int x = labels[i];
@@ -123,7 +141,7 @@ inline void sort_by_stride(label_list& labels, const label_strides& s) {
 
 /// Offset tables of a label group for several operands (odometer order:
 /// the last label varies fastest).
-inline void fill_offsets(const label_list& labels, const einsum_extents& ext,
+inline void fill_offsets(const label_group& labels, const einsum_extents& ext,
                          std::initializer_list<std::pair<const label_strides*, offsets*>> outs) {
   std::size_t count = 1;
   for (int id : labels) count *= static_cast<std::size_t>(ext.of[id]);
@@ -150,7 +168,9 @@ inline void fill_offsets(const label_list& labels, const einsum_extents& ext,
 
 /// What fills a contraction's offset tables: per group (batch, M, N, K) its
 /// label count, then per label its extent and its strides in A, B and C.
-using gemm_key = static_vector<std::ptrdiff_t, 4 + 4 * max_einsum_labels>;
+/// A bounded list: a call writes, compares and copies the entries it uses
+/// (a static_vector zeroed all 2.4 KB of them per call).
+using gemm_key = bounded_vector<std::ptrdiff_t, 4 + 4 * max_einsum_labels>;
 
 /// The offset tables of this thread's last contractions, by key (least
 /// recently used out).
@@ -235,9 +255,20 @@ void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<c
     std::swap(a, b);
     std::swap(sa, sb);
   }
-  label_list batch, m, n, k;
-  for (int id = 0; id < static_cast<int>(max_einsum_labels); ++id) {
-    if (!sa.has[id] && !sb.has[id]) continue;
+  // A's and B's labels once each, in increasing id order (the groups'
+  // order before sorting by stride).
+  label_group ids;
+  for (const strided_operand<T>* op : {&a, &b})
+    for (int id : op->labels) {
+      std::size_t at = ids.size();
+      while (at > 0 && ids[at - 1] > id) --at;
+      if (at > 0 && ids[at - 1] == id) continue;
+      ids.push_back(id);
+      for (std::size_t j = ids.size() - 1; j > at; --j) ids[j] = ids[j - 1];
+      ids[at] = id;
+    }
+  label_group batch, m, n, k;
+  for (int id : ids) {
     if (sc.has[id]) {
       if (sa.has[id] && sb.has[id])
         batch.push_back(id);
@@ -261,7 +292,7 @@ void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<c
   // shape seen before allocates nothing. One contraction runs at a time per
   // thread (its GEMM's tasks run on other threads, on this one).
   gemm_key key;
-  for (const label_list* group : {&batch, &m, &n, &k}) {
+  for (const label_group* group : {&batch, &m, &n, &k}) {
     key.push_back(static_cast<std::ptrdiff_t>(group->size()));
     for (int id : *group) {
       key.push_back(ext.of[id]);
@@ -291,7 +322,7 @@ void contract_pair(strided_operand<T> a, strided_operand<T> b, T* c, std::span<c
     } else {
       // Column j's bias (the odometer order of N's table), then zeros to a
       // whole panel of the widest kernel (32 elements) past N.
-      label_strides by_bias;
+      label_strides by_bias(ext);
       by_bias.has[last] = true;
       by_bias.s[last] = bias->stride;
       thread_local offsets at;
@@ -313,9 +344,9 @@ void reduce_single(const strided_operand<T>& a, T* c, std::span<const int> c_lab
                    std::span<const std::ptrdiff_t> c_strides, const einsum_extents& ext, bool accumulate) {
   const label_strides sc = output_strides_by_label(c_labels, c_strides, ext);
   const label_strides sa = strides_by_label(a, ext);
-  label_list m, k;
+  label_group m, k;
   for (int id : c_labels) m.push_back(id);
-  for (int id = 0; id < static_cast<int>(max_einsum_labels); ++id)
+  for (int id = 0; id < ext.label_bound; ++id)
     if (sa.has[id] && !sc.has[id]) k.push_back(id);
   sort_by_stride(m, sc);
   sort_by_stride(k, sa);
@@ -411,24 +442,26 @@ strided_operand<T> as_operand(const E& e, std::optional<xt::xarray<T>>& keep) {
   return op;
 }
 
-/// Binds operands to an equation and checks extents; throws xshard::error
-/// naming the offender (the equation text is quoted).
+/// The binding of an equation to operands of run-time ranks; throws
+/// xshard::error naming the offender (the equation text is quoted).
 template <class T>
-std::pair<einsum_binding, einsum_extents> bind_operands(const einsum_equation& eq, std::string_view text,
-                                                        operand_list<T>& ops) {
+einsum_binding bind_ranks(const einsum_equation& eq, std::string_view text, const operand_list<T>& ops) {
   static_vector<std::int64_t, max_einsum_operands> ranks;
-  static_vector<std::span<const std::int64_t>, max_einsum_operands> shapes;
-  for (const auto& op : ops) {
-    ranks.push_back(static_cast<std::int64_t>(op.shape.size()));
-    shapes.push_back(std::span<const std::int64_t>(op.shape.begin(), op.shape.end()));
-  }
-  const einsum_binding bind = bind_einsum(eq, std::span<const std::int64_t>(ranks.begin(), ranks.end())).get(text);
-  const einsum_extents ext =
-      einsum_label_extents(bind, std::span<const std::span<const std::int64_t>>(shapes.begin(), shapes.end()))
-          .get(text);
+  for (const auto& op : ops) ranks.push_back(static_cast<std::int64_t>(op.shape.size()));
+  return bind_einsum(eq, std::span<const std::int64_t>(ranks.begin(), ranks.end())).get(text);
+}
+
+/// Labels the operands' dims by `bind` and checks their extents into `ext`
+/// (as constructed); throws xshard::error naming the offender.
+template <class T>
+void bind_operands(const einsum_binding& bind, std::string_view text, operand_list<T>& ops, einsum_extents& ext) {
+  bounded_vector<std::span<const std::int64_t>, max_einsum_operands> shapes;
+  for (const auto& op : ops) shapes.push_back(std::span<const std::int64_t>(op.shape.begin(), op.shape.end()));
+  throw_if_error(einsum_label_extents_into(
+                     bind, std::span<const std::span<const std::int64_t>>(shapes.begin(), shapes.end()), ext),
+                 text);
   for (std::size_t i = 0; i < ops.size(); ++i)
     for (int id : bind.operand_labels[i]) ops[i].labels.push_back(id);
-  return {bind, ext};
 }
 
 template <class T>
@@ -469,7 +502,8 @@ stride_list strides_of(const E& e) {
 
 template <class T, class Alloc, class... E>
 void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate,
-                const contraction_order* plan, const bias_operand<T>* bias, const E&... operands);
+                const contraction_order* plan, const einsum_binding* bound, const bias_operand<T>* bias,
+                const E&... operands);
 
 }  // namespace detail
 
@@ -555,6 +589,19 @@ constexpr contraction_order static_plan_value() {
 }
 template <fixed_string Eq, class... E>
 inline constexpr contraction_order static_plan_v = static_plan_value<Eq, E...>();
+
+/// The binding of operands of static ranks, made at compile time (nullptr
+/// when a rank is dynamic: bound at run time). A call then neither builds
+/// nor copies the 1.7 KB binding.
+template <fixed_string Eq, class... E>
+inline constexpr einsum_binding static_binding_v = static_binding<Eq, E...>().value;
+template <fixed_string Eq, class... E>
+constexpr const einsum_binding* static_bound() {
+  if constexpr (typed_output_rank<Eq, E...>() >= 0)
+    return &static_binding_v<Eq, E...>;
+  else
+    return nullptr;
+}
 
 template <fixed_string Eq, class... E>
 constexpr const contraction_order* static_plan() {
@@ -675,7 +722,7 @@ auto einsum(const E0& first, const E&... rest) {
           out = detail::make_result<T, rank>(shape);
           return detail::output_target<T>{out.data(), detail::strides_of(out)};
         },
-        false, detail::static_plan<Eq, E0, E...>(), nullptr, first, rest...);
+        false, detail::static_plan<Eq, E0, E...>(), detail::static_bound<Eq, E0, E...>(), nullptr, first, rest...);
     return out;
   }
 }
@@ -693,7 +740,7 @@ xt::xarray<detail::value_t<E0>> einsum(std::string_view equation, const E0& firs
         out = detail::make_result<T, -1>(shape);
         return detail::output_target<T>{out.data(), detail::strides_of(out)};
       },
-      false, nullptr, nullptr, first, rest...);
+      false, nullptr, nullptr, nullptr, first, rest...);
   return out;
 }
 
@@ -722,7 +769,7 @@ void einsum_into(Out& out, const E0& first, const E&... rest) {
           detail::check_output<T>(out, shape, Eq.view());
           return detail::output_target<T>{out.data() + out.data_offset(), detail::strides_of(out)};
         },
-        false, detail::static_plan<Eq, E0, E...>(), nullptr, first, rest...);
+        false, detail::static_plan<Eq, E0, E...>(), detail::static_bound<Eq, E0, E...>(), nullptr, first, rest...);
   }
 }
 
@@ -750,7 +797,7 @@ auto einsum_plus_bias(const B& bias, const E0& first, const E&... rest) {
         r.first = make_result<T, rank>(shape);
         return output_target<T>{r.first.data(), strides_of(r.first), r.second};
       },
-      false, static_plan<Eq, E0, E...>(), &bop, first, rest...);
+      false, static_plan<Eq, E0, E...>(), static_bound<Eq, E0, E...>(), &bop, first, rest...);
   return r;
 }
 
@@ -794,9 +841,14 @@ auto einsum_bias(const B& bias, const E0& first, const E&... rest) {
 
 namespace detail {
 
+template <class T, class Alloc>
+void einsum_run_bound(const einsum_binding& bind, std::string_view text, Alloc& alloc, bool accumulate,
+                      const contraction_order* plan, const bias_operand<T>* bias, operand_list<T>& ops);
+
 template <class T, class Alloc, class... E>
 void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc, bool accumulate,
-                const contraction_order* plan, const bias_operand<T>* bias, const E&... operands) {
+                const contraction_order* plan, const einsum_binding* bound, const bias_operand<T>* bias,
+                const E&... operands) {
   if (bias && accumulate) throw error("xshard: an einsum with a bias does not accumulate");
   if (sizeof...(E) > max_einsum_operands) {
     diagnostic d;
@@ -805,11 +857,27 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
     d.b = static_cast<std::int64_t>(sizeof...(E));
     throw error(describe(d, text));
   }
-  std::array<std::optional<xt::xarray<T>>, sizeof...(E)> keep;
+  // Storage for operands with no strided data (expressions, evaluated);
+  // none is made when every operand has its data.
+  constexpr bool evaluates = (!xt::has_data_interface<std::remove_cvref_t<E>>::value || ...);
+  std::array<std::optional<xt::xarray<T>>, evaluates ? sizeof...(E) : 1> keep;
   operand_list<T> ops;
   std::size_t i = 0;
-  ((ops.push_back(as_operand<T>(operands, keep[i])), ++i), ...);
-  auto [bind, ext] = bind_operands<T>(eq, text, ops);
+  ((ops.push_back(as_operand<T>(operands, keep[evaluates ? i : 0])), ++i), ...);
+  if (bound) {  // made at compile time (static ranks)
+    einsum_run_bound<T>(*bound, text, alloc, accumulate, plan, bias, ops);
+  } else {
+    const einsum_binding made = bind_ranks<T>(eq, text, ops);
+    einsum_run_bound<T>(made, text, alloc, accumulate, plan, bias, ops);
+  }
+}
+
+/// einsum_run once the equation is bound to the operands' ranks.
+template <class T, class Alloc>
+void einsum_run_bound(const einsum_binding& bind, std::string_view text, Alloc& alloc, bool accumulate,
+                      const contraction_order* plan, const bias_operand<T>* bias, operand_list<T>& ops) {
+  einsum_extents ext;
+  bind_operands<T>(bind, text, ops, ext);
   const extent_list shape = output_shape<T>(bind, ext);
   const output_target<T> target = alloc(std::span<const std::size_t>(shape.begin(), shape.end()));
   if (!target.with_bias) bias = nullptr;
@@ -839,7 +907,8 @@ void einsum_run(const einsum_equation& eq, std::string_view text, Alloc&& alloc,
   // The kernels never see such a problem (an empty operand's data may be
   // null, and no offset may be added to a null pointer).
   bool zero_extent = false;
-  for (std::size_t id = 0; id < max_einsum_labels; ++id) zero_extent = zero_extent || (ext.used[id] && ext.of[id] == 0);
+  for (const auto& op : ops)  // every used label is an operand's
+    for (int id : op.labels) zero_extent = zero_extent || ext.of[id] == 0;
   if (zero_extent) {
     if (accumulate || out_empty) return;
     // Nothing summed: zeros, or the bias alone.

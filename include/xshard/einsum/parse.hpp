@@ -285,14 +285,19 @@ constexpr std::int64_t einsum_output_rank(const einsum_equation& eq, std::span<c
 struct einsum_extents {
   std::int64_t of[max_einsum_labels]{};  ///< 0 where a label is unused (-1 never)
   bool used[max_einsum_labels]{};
+  int label_bound = 0;  ///< every label id of the binding (operands and output) is below this
 };
 
-/// Checks extents: a letter repeated in one operand needs equal extents; a
+/// Checks extents into `e` (as constructed: zeros; a run-time caller keeps
+/// it, no copy): a letter repeated in one operand needs equal extents; a
 /// label's extents across operands must agree or be 1.
-constexpr checked<einsum_extents> einsum_label_extents(const einsum_binding& b,
-                                                       std::span<const std::span<const std::int64_t>> shapes) {
-  checked<einsum_extents> out;
-  einsum_extents& e = out.value;
+constexpr diagnostic einsum_label_extents_into(const einsum_binding& b,
+                                               std::span<const std::span<const std::int64_t>> shapes,
+                                               einsum_extents& e) {
+  diagnostic diag;
+  for (const auto& ids : b.operand_labels)
+    for (int id : ids) e.label_bound = id + 1 > e.label_bound ? id + 1 : e.label_bound;
+  for (int id : b.output_labels) e.label_bound = id + 1 > e.label_bound ? id + 1 : e.label_bound;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const auto& ids = b.operand_labels[i];
     for (std::size_t d = 0; d < ids.size(); ++d) {
@@ -301,26 +306,34 @@ constexpr checked<einsum_extents> einsum_label_extents(const einsum_binding& b,
       // Repeated within this operand: must be equal (a diagonal).
       for (std::size_t d2 = 0; d2 < d; ++d2)
         if (ids[d2] == id && shapes[i][d2] != n) {
-          out.diag.code = errc::einsum_diagonal;
-          out.diag.column = static_cast<int>(i);
-          out.diag.ch = label_char(id);
-          out.diag.a = shapes[i][d2];
-          out.diag.b = n;
-          return out;
+          diag.code = errc::einsum_diagonal;
+          diag.column = static_cast<int>(i);
+          diag.ch = label_char(id);
+          diag.a = shapes[i][d2];
+          diag.b = n;
+          return diag;
         }
       if (!e.used[id] || e.of[id] == 1) {
         // First sight, or broadcasting from 1: 1 broadcasts to any extent, 0 included.
         e.of[id] = n;
         e.used[id] = true;
       } else if (n != e.of[id] && n != 1) {
-        out.diag.code = errc::einsum_extent;
-        out.diag.ch = label_char(id);
-        out.diag.a = e.of[id];
-        out.diag.b = n;
-        return out;
+        diag.code = errc::einsum_extent;
+        diag.ch = label_char(id);
+        diag.a = e.of[id];
+        diag.b = n;
+        return diag;
       }
     }
   }
+  return diag;
+}
+
+/// The same as a checked value.
+constexpr checked<einsum_extents> einsum_label_extents(const einsum_binding& b,
+                                                       std::span<const std::span<const std::int64_t>> shapes) {
+  checked<einsum_extents> out;
+  out.diag = einsum_label_extents_into(b, shapes, out.value);
   return out;
 }
 
