@@ -817,15 +817,21 @@ void gemm_run(const gemm_problem<T>& g) {
                                      !reads_a_in_place<T>(g.m_a, g.k_a), b_layout_in_place<T>(g.n_b, g.k_b), kb);
   if (grid[3] > 1) return gemm_run_split_k<T, Kernel>(g, kb);
   thread_pool& pool = default_thread_pool();
-  if (grid[0] == 1 && (grid[1] == threads || grid[2] == threads)) {
-    // One dim split over every thread: by the threads' measured speeds
-    // (thread_pool::parallel_for_balanced), on whole tiles.
-    const bool rows = grid[1] == threads;
+  if (grid[0] == threads || grid[1] == threads || grid[2] == threads) {
+    // One dim (batches, M or N) split over every thread: by the threads'
+    // measured speeds (thread_pool::parallel_for_balanced), on whole
+    // products or tiles.
+    const std::size_t dim = grid[0] == threads ? 0 : grid[1] == threads ? 1 : 2;
+    const std::size_t extent = dim == 0 ? batches : dim == 1 ? M : N;
+    const std::size_t unit = dim == 0 ? 1 : dim == 1 ? Kernel::mr : Kernel::nr;
     const balanced_shares s = pool.shares(threads);
     pool.parallel_for_balanced(s, [&](std::size_t t) {
-      const auto [a0, a1] = s.range(rows ? M : N, t, rows ? Kernel::mr : Kernel::nr);
-      if (a0 < a1)
-        gemm_share<T, Kernel>(g, {0, batches, rows ? a0 : 0, rows ? a1 : M, rows ? 0 : a0, rows ? N : a1}, out);
+      const auto [a0, a1] = s.range(extent, t, unit);
+      if (a0 >= a1) return;
+      gemm_range span{0, batches, 0, M, 0, N};
+      (dim == 0 ? span.b0 : dim == 1 ? span.m0 : span.n0) = a0;
+      (dim == 0 ? span.b1 : dim == 1 ? span.m1 : span.n1) = a1;
+      gemm_share<T, Kernel>(g, span, out);
     });
     return;
   }
