@@ -31,8 +31,12 @@
 // pass over the members' own buffers: rank r reduces chunk r of every
 // member's buffer (in rank order) and writes the result into chunk r of
 // every member's buffer, so the work and the memory traffic are split across
-// the group's threads and each buffer is read once and written once. Both
-// reduce in rank order: the same bits either way.
+// the group's threads and each buffer is read once and written once. An
+// all_reduce whose members are all fibers of one worker thread (a model
+// group of train_mlp's 2x2 mesh on 2 cores) stages nothing: the member
+// whose arrival completes the group reduces every member's buffer once and
+// writes the result into each before the others resume. All reduce in rank
+// order: the same bits every way.
 //
 // Failure: when a body throws on one device, the mesh is poisoned: a member
 // blocked in (or later entering) a collective whose group cannot complete
@@ -96,14 +100,12 @@ struct thread_slot {
 /// left run() without arriving.
 class thread_rendezvous {
  public:
-  thread_rendezvous(const thread_mesh_state& mesh, axis_set axes, std::vector<std::int64_t> members)
-      : mesh_(mesh),
-        axes_(axes),
-        members_(std::move(members)),
-        slots_(2 * members_.size()),
-        calls_(members_.size(), 0) {}
+  inline thread_rendezvous(const thread_mesh_state& mesh, axis_set axes, std::vector<std::int64_t> members);
 
   std::int64_t size() const { return static_cast<std::int64_t>(members_.size()); }
+  /// Whether every member runs on one worker thread (as its fibers): while
+  /// one member runs, the others are suspended.
+  bool one_thread() const { return one_thread_; }
 
   /// The slot rank `rank` writes for its next call (and advances its count).
   thread_slot& post(std::int64_t rank) {
@@ -117,9 +119,11 @@ class thread_rendezvous {
     return slots_[buffer * members_.size() + static_cast<std::size_t>(rank)];
   }
 
-  /// Waits until every member has arrived. Throws xshard::error if a member
-  /// left run() before arriving. `kind` names the call in that message.
-  inline void arrive_and_wait(std::int64_t kind);
+  /// Waits until every member has arrived; true for the member whose
+  /// arrival completed the group (it did not wait). Throws xshard::error if
+  /// a member left run() before arriving. `kind` names the call in that
+  /// message.
+  inline bool arrive_and_wait(std::int64_t kind);
 
   /// Forgets a broken run (only while no device runs).
   void reset() {
@@ -140,8 +144,9 @@ class thread_rendezvous {
   const thread_mesh_state& mesh_;
   axis_set axes_;
   std::vector<std::int64_t> members_;  // mesh positions by rank
-  std::vector<thread_slot> slots_;     // [2][members]
-  std::vector<std::uint64_t> calls_;   // calls posted, per rank (touched by that rank only)
+  bool one_thread_ = false;
+  std::vector<thread_slot> slots_;    // [2][members]
+  std::vector<std::uint64_t> calls_;  // calls posted, per rank (touched by that rank only)
   std::mutex mu_;
   std::condition_variable cv_;
   // Arrivals are counted without the mutex; it only guards the sleep on
@@ -162,6 +167,18 @@ class thread_mesh_state {
 
   const mesh_axes& axes() const { return axes_; }
   std::span<const int> ids() const { return ids_; }
+
+  /// The worker threads the devices run on (device_threads: thread t runs
+  /// positions [n t / w, n (t + 1) / w)); set before the first run.
+  void set_workers(std::int64_t w) { workers_ = w; }
+  bool workers_known() const { return workers_ > 0; }
+  /// The worker thread that runs position p.
+  std::int64_t worker_of(std::int64_t p) const {
+    const auto n = static_cast<std::int64_t>(ids_.size());
+    std::int64_t t = 0;
+    while (t + 1 < workers_ && n * (t + 1) / workers_ <= p) ++t;
+    return t;
+  }
   std::span<const std::int64_t> shape() const { return {shape_.begin(), shape_.size()}; }
 
   /// The rendezvous of the group of `axes` that holds `position`.
@@ -234,11 +251,19 @@ class thread_mesh_state {
     std::unique_ptr<thread_rendezvous> rendezvous;
   };
   std::vector<group_entry> groups_;
+  std::int64_t workers_ = 0;  // 0: not known (no group is then one thread's)
   std::unique_ptr<std::atomic<bool>[]> left_;
   std::atomic<bool> poisoned_{false};
   std::string poison_message_;
   mutable progress_signal progress_;
 };
+
+inline thread_rendezvous::thread_rendezvous(const thread_mesh_state& mesh, axis_set axes,
+                                            std::vector<std::int64_t> members)
+    : mesh_(mesh), axes_(axes), members_(std::move(members)), slots_(2 * members_.size()), calls_(members_.size(), 0) {
+  one_thread_ = mesh_.workers_known() && members_.size() > 1;
+  for (std::int64_t p : members_) one_thread_ = one_thread_ && mesh_.worker_of(p) == mesh_.worker_of(members_[0]);
+}
 
 inline bool thread_rendezvous::member_left() const {
   for (std::int64_t p : members_)
@@ -256,7 +281,7 @@ inline void thread_rendezvous::broken(std::int64_t kind) const {
               " returned from its body without joining it");
 }
 
-inline void thread_rendezvous::arrive_and_wait(std::int64_t kind) {
+inline bool thread_rendezvous::arrive_and_wait(std::int64_t kind) {
   // No member can advance the generation before this one has arrived.
   const std::uint64_t gen = generation_.load(std::memory_order_seq_cst);
   if (arrived_.fetch_add(1, std::memory_order_seq_cst) + 1 == size()) {
@@ -269,14 +294,14 @@ inline void thread_rendezvous::arrive_and_wait(std::int64_t kind) {
       cv_.notify_all();
     }
     mesh_.progress().bump();
-    return;
+    return true;
   }
   const auto done = [&] { return generation_.load(std::memory_order_seq_cst) != gen; };
   if (fiber_host* host = fiber_host::current()) {
     // This device shares its thread with others (more devices than worker
     // threads): run them while the group gathers.
     host->wait_until([&] { return done() || member_left(); });
-    if (done()) return;
+    if (done()) return false;
     broken(kind);
   }
   // Yield a while before sleeping: with a core each, the group is usually
@@ -285,14 +310,14 @@ inline void thread_rendezvous::arrive_and_wait(std::int64_t kind) {
   // mesh on 2 cores, sleeping at once made the run 1.4x slower: a futex
   // wake and a switch for every waiter at every collective).
   for (int i = 0; i < 64; ++i) {
-    if (done()) return;
+    if (done()) return false;
     std::this_thread::yield();
   }
   std::unique_lock lock(mu_);
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
   cv_.wait(lock, [&] { return done() || member_left(); });
   sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-  if (done()) return;
+  if (done()) return false;
   broken(kind);
 }
 
@@ -364,6 +389,7 @@ class thread_device_core : public basic_device<thread_device_core> {
   struct met {
     thread_rendezvous& rv;
     bool staged;  // the inputs are the members' copies: no barrier after reading them
+    bool last;    // this member's arrival completed the group
   };
 
   /// Posts this member's call, waits for the group and checks the calls:
@@ -378,27 +404,27 @@ class thread_device_core : public basic_device<thread_device_core> {
   /// later, after every member has arrived at the call between, i.e. has
   /// finished reading this one.
   met meet(axis_set axes, const group_info& g, const collective_call& c, const void* in, void* out,
-           std::size_t in_bytes, std::span<const rank_pair> pairs = {}) {
+           std::size_t in_bytes, std::span<const rank_pair> pairs = {}, bool may_stage = true) {
     if (mesh_->poisoned()) mesh_->throw_poison();
     thread_rendezvous& rv = group(axes);
     thread_slot& mine = rv.post(g.rank);
     mine.call = c;
     mine.in = in;
     mine.out = out;
-    const bool staged = in_bytes != 0 && in_bytes <= staged_collective_bytes;
+    const bool staged = may_stage && in_bytes != 0 && in_bytes <= staged_collective_bytes;
     if (staged) {
       if (mine.staged.size() < in_bytes) mine.staged.resize(in_bytes);
       std::memcpy(mine.staged.data(), in, in_bytes);
       mine.in = mine.staged.data();
     }
-    rv.arrive_and_wait(c.kind);
+    const bool last = rv.arrive_and_wait(c.kind);
     calls_.resize(static_cast<std::size_t>(g.size));
     for (std::int64_t r = 0; r < g.size; ++r) calls_[static_cast<std::size_t>(r)] = rv.slot(g.rank, r).call;
     const std::string msg = check_calls(calls_, axes, pairs);
     // Every member reads the same slots, so all throw (or none); the
     // double-buffered slots keep them valid until all have read them.
     if (!msg.empty()) throw error(msg);
-    return {rv, staged};
+    return {rv, staged, last};
   }
 
   template <class T>
@@ -412,6 +438,24 @@ class thread_device_core : public basic_device<thread_device_core> {
 
   template <class T>
   void all_reduce_impl(std::span<T> data, reduce_op op, axis_set axes, group_info g, const collective_call& c) {
+    if (group(axes).one_thread()) {
+      // Every member is a fiber of this thread, and the others are
+      // suspended while this one runs: the member whose arrival completes
+      // the group reduces the members' buffers once, in rank order (the
+      // staged path's sums, bit for bit), into rank 0's buffer in place,
+      // and copies the result into the others' before any of them resumes.
+      // No staging copies, one wait, and one reduction instead of one per
+      // member.
+      const met m = meet(axes, g, c, data.data(), data.data(), data.size_bytes(), {}, false);
+      if (!m.last) return;
+      const std::size_t n = data.size();
+      const auto buffer = [&](std::int64_t j) { return static_cast<T*>(m.rv.slot(g.rank, j).out); };
+      T* const first = buffer(0);
+      reduce_to(first, first, in_of<T>(m.rv, g.rank, 1), n, op);
+      for (std::int64_t j = 2; j < g.size; ++j) reduce_into(first, in_of<T>(m.rv, g.rank, j), n, op);
+      for (std::int64_t j = 1; j < g.size; ++j) copy(buffer(j), first, n);
+      return;
+    }
     const met m = meet(axes, g, c, data.data(), data.data(), data.size_bytes());
     thread_rendezvous& rv = m.rv;
     if (m.staged) {
@@ -516,6 +560,7 @@ class device_threads {
     if (workers < 1 || workers > n)
       throw error("xshard: a thread_mesh of " + std::to_string(n) + " devices needs 1 to " + std::to_string(n) +
                   " worker threads, got " + std::to_string(workers));
+    mesh_.set_workers(workers);
     threads_.reserve(static_cast<std::size_t>(workers));
     try {
       for (std::int64_t t = 0; t < workers; ++t)
