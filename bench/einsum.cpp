@@ -409,42 +409,36 @@ void bench_eigen(State& state, Prob& p, F f) {
 // ---------------------------------------------------------------------------
 // Small fixed-size products
 
-template <std::size_t N>
-void bench_small_xshard(State& state) {
-  xt::xtensor_fixed<float, xt::xshape<N, N>> a, b, c;
+/// einsum_into<Eq>(c, a, b) timed, after one call that warms the path up;
+/// counts the allocations per call.
+template <xshard::fixed_string Eq, class C, class A, class B>
+void time_small_xshard(State& state, C& c, A& a, B& b, double flops) {
   fill_random<float>(a, 3);
   fill_random<float>(b, 4);
-  xshard::einsum_into<"ij,jk->ik">(c, a, b);
+  xshard::einsum_into<Eq>(c, a, b);
   const std::size_t before = alloc_stats::allocations();
   for (auto _ : state) {
     benchmark::DoNotOptimize(a.data());
     benchmark::DoNotOptimize(b.data());
-    xshard::einsum_into<"ij,jk->ik">(c, a, b);
+    xshard::einsum_into<Eq>(c, a, b);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
   const std::size_t allocs = alloc_stats::allocations() - before;
-  set_flops(state, 2.0 * N * N * N);
+  set_flops(state, flops);
   state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
+}
+
+template <std::size_t N>
+void bench_small_xshard(State& state) {
+  xt::xtensor_fixed<float, xt::xshape<N, N>> a, b, c;
+  time_small_xshard<"ij,jk->ik">(state, c, a, b, 2.0 * N * N * N);
 }
 
 void bench_small3_xshard(State& state) {
   xt::xtensor_fixed<float, xt::xshape<8, 8, 8>> a, b;
   xt::xtensor_fixed<float, xt::xshape<8, 8>> c;
-  fill_random<float>(a, 3);
-  fill_random<float>(b, 4);
-  xshard::einsum_into<"ijk,jkl->il">(c, a, b);
-  const std::size_t before = alloc_stats::allocations();
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(a.data());
-    benchmark::DoNotOptimize(b.data());
-    xshard::einsum_into<"ijk,jkl->il">(c, a, b);
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  const std::size_t allocs = alloc_stats::allocations() - before;
-  set_flops(state, 2.0 * 8 * 8 * 64);
-  state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
+  time_small_xshard<"ijk,jkl->il">(state, c, a, b, 2.0 * 8 * 8 * 64);
 }
 
 /// The general path on a tiny product of run-time shapes (xt::xtensor 8x8):
@@ -452,25 +446,13 @@ void bench_small3_xshard(State& state) {
 /// GEMM problem's lookup, the driver).
 void bench_small_dynamic_xshard(State& state) {
   xt::xtensor<float, 2> a({8, 8}), b({8, 8}), c({8, 8});
-  fill_random<float>(a, 3);
-  fill_random<float>(b, 4);
-  xshard::einsum_into<"ij,jk->ik">(c, a, b);
-  const std::size_t before = alloc_stats::allocations();
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(a.data());
-    benchmark::DoNotOptimize(b.data());
-    xshard::einsum_into<"ij,jk->ik">(c, a, b);
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  const std::size_t allocs = alloc_stats::allocations() - before;
-  set_flops(state, 2.0 * 8 * 8 * 8);
-  state.counters["allocs/call"] = Counter(static_cast<double>(allocs), Counter::kAvgIterations);
+  time_small_xshard<"ij,jk->ik">(state, c, a, b, 2.0 * 8 * 8 * 8);
 }
 
 #if XSHARD_BENCH_HAVE_EIGEN
-void bench_small_dynamic_eigen(State& state) {  // Eigen::MatrixXf: run-time shapes too
-  Eigen::MatrixXf a = Eigen::MatrixXf::Random(8, 8), b = Eigen::MatrixXf::Random(8, 8), c(8, 8);
+/// c.noalias() = a * b timed.
+template <class C, class A, class B>
+void time_small_eigen(State& state, C& c, const A& a, const B& b, double flops) {
   for (auto _ : state) {
     benchmark::DoNotOptimize(a.data());
     benchmark::DoNotOptimize(b.data());
@@ -478,7 +460,12 @@ void bench_small_dynamic_eigen(State& state) {  // Eigen::MatrixXf: run-time sha
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
-  set_flops(state, 2.0 * 8 * 8 * 8);
+  set_flops(state, flops);
+}
+
+void bench_small_dynamic_eigen(State& state) {  // Eigen::MatrixXf: run-time shapes too
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(8, 8), b = Eigen::MatrixXf::Random(8, 8), c(8, 8);
+  time_small_eigen(state, c, a, b, 2.0 * 8 * 8 * 8);
 }
 
 template <int N>
@@ -486,28 +473,14 @@ void bench_small_eigen(State& state) {
   Eigen::Matrix<float, N, N> a = Eigen::Matrix<float, N, N>::Random();
   Eigen::Matrix<float, N, N> b = Eigen::Matrix<float, N, N>::Random();
   Eigen::Matrix<float, N, N> c;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(a.data());
-    benchmark::DoNotOptimize(b.data());
-    c.noalias() = a * b;
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  set_flops(state, 2.0 * N * N * N);
+  time_small_eigen(state, c, a, b, 2.0 * N * N * N);
 }
 
 void bench_small3_eigen_matrix(State& state) {  // ijk,jkl->il as (8 x 64) (64 x 8), row-major
   Eigen::Matrix<float, 8, 64, Eigen::RowMajor> a = Eigen::Matrix<float, 8, 64, Eigen::RowMajor>::Random();
   Eigen::Matrix<float, 64, 8, Eigen::RowMajor> b = Eigen::Matrix<float, 64, 8, Eigen::RowMajor>::Random();
   Eigen::Matrix<float, 8, 8, Eigen::RowMajor> c;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(a.data());
-    benchmark::DoNotOptimize(b.data());
-    c.noalias() = a * b;
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  set_flops(state, 2.0 * 8 * 8 * 64);
+  time_small_eigen(state, c, a, b, 2.0 * 8 * 8 * 64);
 }
 
 void bench_small3_eigen_tensor(State& state) {
