@@ -168,15 +168,17 @@ class thread_mesh_state {
   const mesh_axes& axes() const { return axes_; }
   std::span<const int> ids() const { return ids_; }
 
-  /// The worker threads the devices run on (device_threads: thread t runs
-  /// positions [n t / w, n (t + 1) / w)); set before the first run.
+  /// The first position worker thread t of w runs, of n devices: thread t
+  /// runs [block_start(n, w, t), block_start(n, w, t + 1)).
+  static std::int64_t block_start(std::int64_t n, std::int64_t w, std::int64_t t) { return n * t / w; }
+  /// The worker threads the devices run on; set before the first run.
   void set_workers(std::int64_t w) { workers_ = w; }
   bool workers_known() const { return workers_ > 0; }
   /// The worker thread that runs position p.
   std::int64_t worker_of(std::int64_t p) const {
     const auto n = static_cast<std::int64_t>(ids_.size());
     std::int64_t t = 0;
-    while (t + 1 < workers_ && n * (t + 1) / workers_ <= p) ++t;
+    while (t + 1 < workers_ && block_start(n, workers_, t + 1) <= p) ++t;
     return t;
   }
   std::span<const std::int64_t> shape() const { return {shape_.begin(), shape_.size()}; }
@@ -436,6 +438,20 @@ class thread_device_core : public basic_device<thread_device_core> {
     if (n != 0 && out != in) std::memcpy(out, in, n * sizeof(T));
   }
 
+  /// Elements [b, b + len) of every member's buffer (each member's input
+  /// and output) reduced in rank order into rank 0's buffer, element by
+  /// element (it still holds rank 0's input at each element until that
+  /// element is written), then copied into the others'.
+  template <class T>
+  static void reduce_into_members(const thread_rendezvous& rv, const group_info& g, std::size_t b, std::size_t len,
+                                  reduce_op op) {
+    const auto buffer = [&](std::int64_t j) { return static_cast<T*>(rv.slot(g.rank, j).out) + b; };
+    T* const first = buffer(0);
+    reduce_to(first, in_of<T>(rv, g.rank, 0) + b, in_of<T>(rv, g.rank, 1) + b, len, op);
+    for (std::int64_t j = 2; j < g.size; ++j) reduce_into(first, in_of<T>(rv, g.rank, j) + b, len, op);
+    for (std::int64_t j = 1; j < g.size; ++j) copy(buffer(j), first, len);
+  }
+
   template <class T>
   void all_reduce_impl(std::span<T> data, reduce_op op, axis_set axes, group_info g, const collective_call& c) {
     if (group(axes).one_thread()) {
@@ -447,13 +463,7 @@ class thread_device_core : public basic_device<thread_device_core> {
       // No staging copies, one wait, and one reduction instead of one per
       // member.
       const met m = meet(axes, g, c, data.data(), data.data(), data.size_bytes(), {}, false);
-      if (!m.last) return;
-      const std::size_t n = data.size();
-      const auto buffer = [&](std::int64_t j) { return static_cast<T*>(m.rv.slot(g.rank, j).out); };
-      T* const first = buffer(0);
-      reduce_to(first, first, in_of<T>(m.rv, g.rank, 1), n, op);
-      for (std::int64_t j = 2; j < g.size; ++j) reduce_into(first, in_of<T>(m.rv, g.rank, j), n, op);
-      for (std::int64_t j = 1; j < g.size; ++j) copy(buffer(j), first, n);
+      if (m.last) reduce_into_members<T>(m.rv, g, 0, data.size(), op);
       return;
     }
     const met m = meet(axes, g, c, data.data(), data.data(), data.size_bytes());
@@ -478,19 +488,11 @@ class thread_device_core : public basic_device<thread_device_core> {
     };
     // Chunk `rank` of every member's buffer, reduced and written back into
     // every member's buffer: no other member touches this chunk, so the
-    // group reads and writes each buffer once, with no second pass.
-    // Each member's buffer is its input and its output, so the chunk is
-    // reduced, element by element, into rank 0's buffer (which still holds
-    // rank 0's input at each element until that element is written), then
-    // copied to the others: one pass per input and one copy per other
-    // member, in rank order as in the staged path.
+    // group reads and writes each buffer once, with no second pass (one
+    // pass per input and one copy per other member, in rank order as in the
+    // staged path).
     const std::int64_t b = bound(g.rank), e = bound(g.rank + 1);
-    const auto len = static_cast<std::size_t>(e - b);
-    const auto buffer = [&](std::int64_t j) { return static_cast<T*>(rv.slot(g.rank, j).out) + b; };
-    T* const first = buffer(0);
-    reduce_to(first, in_of<T>(rv, g.rank, 0) + b, in_of<T>(rv, g.rank, 1) + b, len, op);
-    for (std::int64_t j = 2; j < g.size; ++j) reduce_into(first, in_of<T>(rv, g.rank, j) + b, len, op);
-    for (std::int64_t j = 1; j < g.size; ++j) copy(buffer(j), first, len);
+    reduce_into_members<T>(rv, g, static_cast<std::size_t>(b), static_cast<std::size_t>(e - b), op);
     rv.arrive_and_wait(c.kind);  // nobody returns while a peer still writes its buffer
   }
 
@@ -564,7 +566,8 @@ class device_threads {
     threads_.reserve(static_cast<std::size_t>(workers));
     try {
       for (std::int64_t t = 0; t < workers; ++t)
-        threads_.emplace_back([this, first = n * t / workers, last = n * (t + 1) / workers] { work(first, last); });
+        threads_.emplace_back([this, first = thread_mesh_state::block_start(n, workers, t),
+                               last = thread_mesh_state::block_start(n, workers, t + 1)] { work(first, last); });
     } catch (...) {
       stop();
       throw;
