@@ -441,15 +441,23 @@ class thread_device_core : public basic_device<thread_device_core> {
   /// Elements [b, b + len) of every member's buffer (each member's input
   /// and output) reduced in rank order into rank 0's buffer, element by
   /// element (it still holds rank 0's input at each element until that
-  /// element is written), then copied into the others'.
+  /// element is written), then copied into the others'. A block of
+  /// `reduce_block_bytes` at a time, so that the copies read the sums from
+  /// L1 instead of a second pass over the whole range (a layer's weight
+  /// gradient is 256 KiB on train_mlp's mesh).
+  static constexpr std::size_t reduce_block_bytes = 8192;
   template <class T>
   static void reduce_into_members(const thread_rendezvous& rv, const group_info& g, std::size_t b, std::size_t len,
                                   reduce_op op) {
+    constexpr std::size_t block = reduce_block_bytes / sizeof(T);
     const auto buffer = [&](std::int64_t j) { return static_cast<T*>(rv.slot(g.rank, j).out) + b; };
-    T* const first = buffer(0);
-    reduce_to(first, in_of<T>(rv, g.rank, 0) + b, in_of<T>(rv, g.rank, 1) + b, len, op);
-    for (std::int64_t j = 2; j < g.size; ++j) reduce_into(first, in_of<T>(rv, g.rank, j) + b, len, op);
-    for (std::int64_t j = 1; j < g.size; ++j) copy(buffer(j), first, len);
+    for (std::size_t at = 0; at < len; at += block) {
+      const std::size_t n = std::min(block, len - at);
+      T* const first = buffer(0) + at;
+      reduce_to(first, in_of<T>(rv, g.rank, 0) + b + at, in_of<T>(rv, g.rank, 1) + b + at, n, op);
+      for (std::int64_t j = 2; j < g.size; ++j) reduce_into(first, in_of<T>(rv, g.rank, j) + b + at, n, op);
+      for (std::int64_t j = 1; j < g.size; ++j) copy(buffer(j) + at, first, n);
+    }
   }
 
   template <class T>
