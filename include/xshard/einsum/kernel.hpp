@@ -264,16 +264,14 @@ struct row_tiles {
 /// nothing from it.)
 inline constexpr std::size_t pack_prefetch_rows = 8;
 
-/// Prefetches (for reading, non-temporal hint) the `count` elements at
-/// `src` + `rows` * `stride` without forming that pointer (it may lie past
-/// the operand: a block's last rows).
+/// Prefetches (non-temporal hint) every line of the `count` elements at
+/// `src` + `rows` * `stride` (micro_body's prefetch_ahead: the row may lie
+/// past the operand).
 template <class T>
 inline void prefetch_row_ahead(const T* src, std::ptrdiff_t stride, std::size_t rows, std::size_t count) {
-  using address = __UINTPTR_TYPE__;
-  const address ahead =
-      reinterpret_cast<address>(src) + static_cast<address>(stride * static_cast<std::ptrdiff_t>(rows)) * sizeof(T);
-  for (std::size_t e = 0; e < count * sizeof(T) + 63; e += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(ahead + e), 0, 0);
+  constexpr std::size_t line = 64 / sizeof(T);
+  const std::ptrdiff_t row = stride * static_cast<std::ptrdiff_t>(rows);
+  for (std::size_t e = 0; e < count + line - 1; e += line) prefetch_ahead<0>(src, row + static_cast<std::ptrdiff_t>(e));
 }
 
 /// Packs rows [i0, i0 + mc) x k [p0, p0 + kc) of A into MR-row panels, one

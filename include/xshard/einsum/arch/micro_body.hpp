@@ -24,14 +24,15 @@
 #ifndef XSHARD_MICRO_PREFETCH_AHEAD
 #define XSHARD_MICRO_PREFETCH_AHEAD
 // (Included inside namespace xshard::detail, as the kernels are.)
-/// Prefetches (for reading) the line n elements past p without forming that
-/// pointer: it may lie past the end of the operand (the k loop's last steps),
-/// where a prefetch does not fault but pointer arithmetic is undefined.
-template <class T>
+/// Prefetches (for reading, with __builtin_prefetch's Locality) the line n
+/// elements past p without forming that pointer: it may lie past the end of
+/// the operand (the k loop's last steps, a packed block's last rows), where a
+/// prefetch does not fault but pointer arithmetic is undefined.
+template <int Locality = 3, class T>
 __attribute__((always_inline)) inline void prefetch_ahead(const T* p, std::ptrdiff_t n) {
   using address = __UINTPTR_TYPE__;
   const address at = reinterpret_cast<address>(p) + static_cast<address>(n) * sizeof(T);
-  __builtin_prefetch(reinterpret_cast<const void*>(at), 0, 3);
+  __builtin_prefetch(reinterpret_cast<const void*>(at), 0, Locality);
 }
 #endif
 
