@@ -167,10 +167,11 @@ TEST(EinsumBlocking, RowsPackedWhenStrideIsMultipleOf4KiB) {
   }
 }
 
-// Few rows of C (<= detail::direct_b_max_rows): B's rows are read in place,
-// full-width panels straight from the operand and the last, narrower one
-// packed. The arithmetic is the packed path's: the same rows of a product
-// with many rows (B packed) are bit-identical.
+// Few rows of C (<= the kernel's b_in_place_rows: detail::direct_b_max_rows,
+// or 24 with AVX2): B's rows are read in place, full-width panels straight
+// from the operand and the last, narrower one packed. The arithmetic is the
+// packed path's: the same rows of a product with many rows (B packed) are
+// bit-identical. 13 and 24 rows read B in place with every kernel.
 TEST(EinsumBlocking, BRowsReadInPlaceForFewRows) {
   static_assert(xshard::detail::direct_b_max_rows < M);
   xt::random::seed(6);
@@ -178,7 +179,8 @@ TEST(EinsumBlocking, BRowsReadInPlaceForFewRows) {
   const xt::xtensor<float, 2> wide = xt::random::randn<float>({K, std::size_t{77}});
   const auto b = xt::view(wide, xt::all(), xt::range(5, 5 + static_cast<long>(N)));  // row stride 77
   const auto packed = xt::xtensor<float, 2>(xshard::einsum<"ik,kj->ij">(a, b));
-  for (std::size_t m : {std::size_t{64}, std::size_t{37}, xshard::detail::direct_b_max_rows}) {
+  for (std::size_t m :
+       {std::size_t{64}, std::size_t{37}, xshard::detail::direct_b_max_rows, std::size_t{24}, std::size_t{13}}) {
     const auto a_rows = xt::view(a, xt::range(0, static_cast<long>(m)), xt::all());
     const auto c =
         same_for_thread_counts([&] { return xt::xtensor<float, 2>(xshard::einsum<"ik,kj->ij">(a_rows, b)); });
@@ -355,6 +357,10 @@ TEST(EinsumBlocking, ThreadGridSplitsKForASmallC) {
   using xshard::detail::gemm_thread_grid;
   const xshard::detail::k_blocks two{2, 256}, three{3, 272};
   EXPECT_EQ(gemm_thread_grid(1, 64, 128, 512, 2, 6, 16, 1024, false, true, two), (A{1, 1, 1, 2}));
+  // With AVX2's limit (24 rows) every share of that product packs B: M
+  // split 3 481 600 as above, N split 2 822 144, split-K 66 x 128 x 256 + 16
+  // (256 x 128) + 4 (256 x 66) + 2 (64 x 128) = 2 770 944: still split-K.
+  EXPECT_EQ(gemm_thread_grid(1, 64, 128, 512, 2, 6, 16, 1024, false, true, two, 24), (A{1, 1, 1, 2}));
   EXPECT_EQ(gemm_thread_grid(1, 512, 64, 128, 2, 6, 16, 1024, false, false), (A{1, 2, 1, 1}));
   EXPECT_EQ(gemm_thread_grid(1, 512, 64, 128, 2, 6, 16, 1024, false, false, {1, 128}), (A{1, 2, 1, 1}));
   // Not split-K: more K blocks than threads, batches, or a C of more than

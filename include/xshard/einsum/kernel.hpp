@@ -121,6 +121,12 @@ struct gemm_problem {
 // AVX-512 and AVX2 + FMA kernels; everywhere, the portable kernel below runs
 // xsimd batches of the arch the TU is compiled for (NEON on aarch64).
 
+/// The most rows of C for which a share reads B's rows in place
+/// (reads_b_in_place) with the AVX-512 and portable kernels (AVX-512:
+/// train_mlp's 64 x 128 x 512 products 40-42 -> 37-38 us against B packed),
+/// and what runs_transposed calls few rows.
+inline constexpr std::size_t direct_b_max_rows = 96;
+
 /// Portable operations on xsimd batches of the arch the TU is compiled for.
 struct xsimd_ops {
   template <class T>
@@ -129,6 +135,7 @@ struct xsimd_ops {
   static constexpr int lanes = static_cast<int>(xsimd::batch<T>::size);
   static constexpr int rows = 6;
   static constexpr int prefetch_k = 0;
+  static constexpr std::size_t b_in_place_rows = direct_b_max_rows;
   template <class T>
   static vec<T> zero(const T*) {
     return vec<T>(T(0));
@@ -404,10 +411,12 @@ bool reads_a_in_place(const stride_info& m_a, const stride_info& k_a) {
 /// Whether B's rows are read in place (B not packed) for a share of `rows`
 /// rows of C: each row of B contiguous along N, rows a fixed stride apart
 /// that is not a multiple of 4 KiB (the same L1 sets), and few enough rows
-/// of A that a packed panel would be read too few times to pay for the copy
-/// (a training step's GEMMs of 32-64 rows re-pack every weight at every call
-/// otherwise). Full-width panels only; the last, narrower one is packed.
-inline constexpr std::size_t direct_b_max_rows = 96;
+/// of A (at most `max_rows`, the kernel's `b_in_place_rows`) that a packed
+/// panel would be read too few times to pay for the copy (a training step's
+/// GEMMs of 32-64 rows re-pack every weight at every call otherwise).
+/// Full-width panels only; the last, narrower one is packed.
+/// (direct_b_max_rows is the AVX-512 and portable kernels' limit; the AVX2
+/// kernel's is lower: avx2_ops.)
 /// The layout half of reads_b_in_place.
 template <class T>
 bool b_layout_in_place(const stride_info& n_b, const stride_info& k_b) {
@@ -415,10 +424,13 @@ bool b_layout_in_place(const stride_info& n_b, const stride_info& k_b) {
   return n_b.uniform && n_b.stride == 1 && k_b.uniform && k_b.stride != 0 && row % 4096 != 0;
 }
 /// The rows half of reads_b_in_place (also gemm_thread_grid's).
-constexpr bool few_rows_for_b_in_place(std::size_t rows) { return rows <= direct_b_max_rows; }
+constexpr bool few_rows_for_b_in_place(std::size_t rows, std::size_t max_rows = direct_b_max_rows) {
+  return rows <= max_rows;
+}
 template <class T>
-bool reads_b_in_place(const stride_info& n_b, const stride_info& k_b, std::size_t rows) {
-  return b_layout_in_place<T>(n_b, k_b) && few_rows_for_b_in_place(rows);
+bool reads_b_in_place(const stride_info& n_b, const stride_info& k_b, std::size_t rows,
+                      std::size_t max_rows = direct_b_max_rows) {
+  return b_layout_in_place<T>(n_b, k_b) && few_rows_for_b_in_place(rows, max_rows);
 }
 
 /// What packing one element costs the cost models below, in multiply-adds
@@ -493,13 +505,14 @@ inline constexpr std::size_t gemm_split_k_max = 16384;
 /// that packed it.)
 inline std::array<std::size_t, 4> gemm_thread_grid(std::size_t batches, std::size_t M, std::size_t N, std::size_t K,
                                                    std::size_t threads, std::size_t mr, std::size_t nr, std::size_t nc,
-                                                   bool packs_a, bool b_in_place = false, k_blocks kb = {1, 0}) {
+                                                   bool packs_a, bool b_in_place = false, k_blocks kb = {1, 0},
+                                                   std::size_t b_rows = direct_b_max_rows) {
   constexpr double pack_cost = gemm_pack_cost, read_cost = gemm_read_cost;
   // One share: rows x cols of C over k, B read in place if allowed.
   auto share_cost = [&](std::size_t rows, std::size_t cols, std::size_t k, bool b_allowed) {
     const double mb = static_cast<double>(rows), nb = static_cast<double>(cols), kd = static_cast<double>(k);
     const double a_reads = kd * mb * static_cast<double>(div_up(cols, nc));
-    const bool packs_b = !(b_allowed && few_rows_for_b_in_place(rows));
+    const bool packs_b = !(b_allowed && few_rows_for_b_in_place(rows, b_rows));
     const double packed = (packs_b ? kd * nb : 0.0) + (packs_a ? a_reads : 0.0);
     const double read = (packs_b ? 0.0 : kd * nb) + (packs_a ? 0.0 : a_reads);
     return mb * nb * kd + pack_cost * packed + read_cost * read;
@@ -739,7 +752,7 @@ void gemm_share(const gemm_problem<T>& g, const gemm_range& r, const gemm_target
   thread_local aligned_buffer<T> abuf, bbuf;
   gemm_share_state<T> st{g.m_a, g.k_a, g.n_b, g.k_b, false, false, abuf.get(MC * KC), bbuf.get(NC * KC), out};
   st.direct_a = reads_a_in_place<T>(st.m_a, st.k_a);
-  st.direct_b = reads_b_in_place<T>(st.n_b, st.k_b, r.m1 - r.m0);
+  st.direct_b = reads_b_in_place<T>(st.n_b, st.k_b, r.m1 - r.m0, Kernel::b_in_place_rows);
   for (std::size_t bi = r.b0; bi < r.b1; ++bi) {
     if (K == 0) {  // an empty sum: C = 0 or the bias (unchanged when accumulating)
       T* const cb = out.c + out.c_batch[bi];
@@ -847,7 +860,8 @@ void gemm_run(const gemm_problem<T>& g) {
   }
   const k_blocks kb = gemm_k_blocks<T>(K);
   const auto grid = gemm_thread_grid(batches, M, N, K, threads, Kernel::mr, Kernel::nr, blocking<T>::nc,
-                                     !reads_a_in_place<T>(g.m_a, g.k_a), b_layout_in_place<T>(g.n_b, g.k_b), kb);
+                                     !reads_a_in_place<T>(g.m_a, g.k_a), b_layout_in_place<T>(g.n_b, g.k_b), kb,
+                                     Kernel::b_in_place_rows);
   if (grid[3] > 1) return gemm_run_split_k<T, Kernel>(g, kb);
   thread_pool& pool = default_thread_pool();
   if (grid[0] == threads || grid[1] == threads || grid[2] == threads) {
@@ -888,11 +902,11 @@ void gemm_run(const gemm_problem<T>& g) {
 /// of a linear layer on a training step's 32-64 rows (W [N, K] row-major),
 /// whose W^T would be packed again at every call for a few rows of x.
 template <class T>
-bool runs_transposed(const gemm_problem<T>& g, std::size_t mr, std::size_t nr) {
+bool runs_transposed(const gemm_problem<T>& g, std::size_t mr, std::size_t nr, std::size_t b_rows = direct_b_max_rows) {
   constexpr std::size_t pack_cost = gemm_pack_cost, store_cost = 8;
   const std::size_t M = g.a_m.size(), N = g.b_n.size(), K = g.a_k.size();
   if (K == 0 || M > direct_b_max_rows || !g.n_c.uniform || g.n_c.stride != 1) return false;
-  if (reads_b_in_place<T>(g.n_b, g.k_b, M) || !reads_a_in_place<T>(g.n_b, g.k_b)) return false;
+  if (reads_b_in_place<T>(g.n_b, g.k_b, M, b_rows) || !reads_a_in_place<T>(g.n_b, g.k_b)) return false;
   const std::size_t packs_a = reads_a_in_place<T>(g.m_a, g.k_a) ? 0 : K * M;
   const std::size_t as_is = round_up(M, mr) * round_up(N, nr) * K + pack_cost * (K * N + packs_a);
   const std::size_t transposed = round_up(N, mr) * round_up(M, nr) * K + pack_cost * K * M + store_cost * M * N;
@@ -903,7 +917,7 @@ bool runs_transposed(const gemm_problem<T>& g, std::size_t mr, std::size_t nr) {
 /// for the run (the tables swap, nothing is copied) and back after it.
 template <class T, class Kernel>
 void gemm_driver(gemm_problem<T>& g) {
-  if (!runs_transposed(g, Kernel::mr, Kernel::nr)) return gemm_run<T, Kernel>(g);
+  if (!runs_transposed(g, Kernel::mr, Kernel::nr, Kernel::b_in_place_rows)) return gemm_run<T, Kernel>(g);
   struct transposed_for_the_run {
     gemm_problem<T>& g;
     explicit transposed_for_the_run(gemm_problem<T>& p) : g(p) { g.transpose(); }
@@ -920,6 +934,9 @@ struct gemm_by_arch {
   template <class Ops>
   struct kernel {
     static constexpr int mr = Ops::rows, nr = 2 * Ops::template lanes<T>;
+    /// The most rows of C a share may have for B's rows to be read in place
+    /// (reads_b_in_place).
+    static constexpr std::size_t b_in_place_rows = Ops::b_in_place_rows;
     /// Whether B's columns are packed with the x86 (AVX2) transposes.
     static constexpr bool x86_packing = !std::is_same_v<Ops, xsimd_ops>;
     /// Whether a 4-row kernel runs 4-row tiles (row_tiles): at MR = 6 (2 x 4

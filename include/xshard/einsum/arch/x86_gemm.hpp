@@ -27,6 +27,7 @@ struct avx512_ops {
   static constexpr int lanes = 64 / static_cast<int>(sizeof(T));
   static constexpr int rows = 12;       // 12 x 2 accumulators + 2 B vectors + 1 broadcast of 32 zmm
   static constexpr int prefetch_k = 8;  // B's row and A's micro-panel prefetched ahead in the k loop (micro_body)
+  static constexpr std::size_t b_in_place_rows = 96;  // kernel.hpp's direct_b_max_rows
   XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static simd::m512 zero(const float*) { return simd::mm512_setzero_ps(); }
   XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static simd::m512d zero(const double*) { return simd::mm512_setzero_pd(); }
   XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static simd::m512 load(const float* p) { return simd::mm512_loadu_ps(p); }
@@ -57,6 +58,20 @@ struct avx2_ops {
   static constexpr int lanes = 32 / static_cast<int>(sizeof(T));
   static constexpr int rows = 6;  // 6 x 2 accumulators + 2 B vectors + 1 broadcast of 16 ymm
   static constexpr int prefetch_k = 0;
+  /// B's rows read in place (reads_b_in_place) for shares of at most 24 rows
+  /// of C, not the other kernels' 96. On the AVX2 Zen 3 of bench/results
+  /// (one thread, best of 15 x 50 calls, the two ways alternating), a B of
+  /// 128-float rows read in place against packed: 4-8 rows 3-35% faster,
+  /// 16 rows 3-7%, 24 even; over K = 256 (one K block) 32-96 rows within 2%
+  /// either way; over K = 512 (two blocks) 32-96 rows 8-12% slower, as
+  /// train_mlp's 64 x 128 x 512 products: 79-80 against 89 GFLOP/s packed
+  /// (OpenBLAS 85). In a training step, timed call by call alternating:
+  /// those products 131.7 -> 119.4 us at one thread and 69.9 -> 62.5 us at
+  /// two, the mesh's 32 x 128 x 256 ones 30.9 -> 30.2 us. (The likely
+  /// reason, not measured: a 16-column micro-panel of such a B, a line per
+  /// row 512 bytes apart, maps to 8 of L1's 64 sets and does not stay in L1
+  /// from one row tile to the next; packed, it is contiguous.)
+  static constexpr std::size_t b_in_place_rows = 24;
   XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static simd::m256 zero(const float*) { return simd::mm256_setzero_ps(); }
   XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static simd::m256d zero(const double*) { return simd::mm256_setzero_pd(); }
   XSHARD_TARGET_AVX2 XSHARD_ALWAYS_INLINE static simd::m256 load(const float* p) { return simd::mm256_loadu_ps(p); }
