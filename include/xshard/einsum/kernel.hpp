@@ -408,15 +408,6 @@ bool reads_a_in_place(const stride_info& m_a, const stride_info& k_a) {
   return k_a.uniform && k_a.stride == 1 && m_a.uniform && m_a.stride != 0 && row % 4096 != 0;
 }
 
-/// Whether B's rows are read in place (B not packed) for a share of `rows`
-/// rows of C: each row of B contiguous along N, rows a fixed stride apart
-/// that is not a multiple of 4 KiB (the same L1 sets), and few enough rows
-/// of A (at most `max_rows`, the kernel's `b_in_place_rows`) that a packed
-/// panel would be read too few times to pay for the copy (a training step's
-/// GEMMs of 32-64 rows re-pack every weight at every call otherwise).
-/// Full-width panels only; the last, narrower one is packed.
-/// (direct_b_max_rows is the AVX-512 and portable kernels' limit; the AVX2
-/// kernel's is lower: avx2_ops.)
 /// The layout half of reads_b_in_place.
 template <class T>
 bool b_layout_in_place(const stride_info& n_b, const stride_info& k_b) {
@@ -427,6 +418,14 @@ bool b_layout_in_place(const stride_info& n_b, const stride_info& k_b) {
 constexpr bool few_rows_for_b_in_place(std::size_t rows, std::size_t max_rows = direct_b_max_rows) {
   return rows <= max_rows;
 }
+/// Whether B's rows are read in place (B not packed) for a share of `rows`
+/// rows of C: each row of B contiguous along N, rows a fixed stride apart
+/// that is not a multiple of 4 KiB (the same L1 sets), and few enough rows
+/// of A (at most `max_rows`, the kernel's `b_in_place_rows`: 96,
+/// direct_b_max_rows, for the AVX-512 and portable kernels, 24 for AVX2's)
+/// that a packed panel would be read too few times to pay for the copy (a
+/// training step's GEMMs of few rows re-pack every weight at every call
+/// otherwise). Full-width panels only; the last, narrower one is packed.
 template <class T>
 bool reads_b_in_place(const stride_info& n_b, const stride_info& k_b, std::size_t rows,
                       std::size_t max_rows = direct_b_max_rows) {
@@ -901,6 +900,7 @@ void gemm_run(const gemm_problem<T>& g) {
 /// element of C stored through the tile buffer. This is the forward x W^T
 /// of a linear layer on a training step's 32-64 rows (W [N, K] row-major),
 /// whose W^T would be packed again at every call for a few rows of x.
+/// `b_rows`: the kernel's b_in_place_rows (reads_b_in_place).
 template <class T>
 bool runs_transposed(const gemm_problem<T>& g, std::size_t mr, std::size_t nr, std::size_t b_rows = direct_b_max_rows) {
   constexpr std::size_t pack_cost = gemm_pack_cost, store_cost = 8;
