@@ -135,7 +135,6 @@ struct xsimd_ops {
   static constexpr int lanes = static_cast<int>(xsimd::batch<T>::size);
   static constexpr int rows = 6;
   static constexpr int prefetch_k = 0;
-  static constexpr std::size_t b_in_place_rows = direct_b_max_rows;
   template <class T>
   static vec<T> zero(const T*) {
     return vec<T>(T(0));
@@ -935,8 +934,14 @@ struct gemm_by_arch {
   struct kernel {
     static constexpr int mr = Ops::rows, nr = 2 * Ops::template lanes<T>;
     /// The most rows of C a share may have for B's rows to be read in place
-    /// (reads_b_in_place).
-    static constexpr std::size_t b_in_place_rows = Ops::b_in_place_rows;
+    /// (reads_b_in_place): the ISA's own limit where it sets one (AVX2's),
+    /// else direct_b_max_rows.
+    static constexpr std::size_t b_in_place_rows = [] {
+      if constexpr (requires { Ops::b_in_place_rows; })
+        return std::size_t{Ops::b_in_place_rows};
+      else
+        return direct_b_max_rows;
+    }();
     /// Whether B's columns are packed with the x86 (AVX2) transposes.
     static constexpr bool x86_packing = !std::is_same_v<Ops, xsimd_ops>;
     /// Whether a 4-row kernel runs 4-row tiles (row_tiles): at MR = 6 (2 x 4

@@ -27,7 +27,6 @@ struct avx512_ops {
   static constexpr int lanes = 64 / static_cast<int>(sizeof(T));
   static constexpr int rows = 12;       // 12 x 2 accumulators + 2 B vectors + 1 broadcast of 32 zmm
   static constexpr int prefetch_k = 8;  // B's row and A's micro-panel prefetched ahead in the k loop (micro_body)
-  static constexpr std::size_t b_in_place_rows = 96;  // kernel.hpp's direct_b_max_rows
   XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static simd::m512 zero(const float*) { return simd::mm512_setzero_ps(); }
   XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static simd::m512d zero(const double*) { return simd::mm512_setzero_pd(); }
   XSHARD_TARGET_AVX512 XSHARD_ALWAYS_INLINE static simd::m512 load(const float* p) { return simd::mm512_loadu_ps(p); }
