@@ -167,6 +167,10 @@ TEST(CheckpointManifest, EveryDefectIsNamedWithItsLine) {
       {"xshard-checkpoint 1\nversion 0.1.0\nsteps 7\n", "line 3: expected \"step ...\", found \"steps 7\""},
       {with_crc("xshard-checkpoint 1\nversion 0.1.0\nstep 7\nmesh m\ndevices 0,,1\n"), "line 5: bad device id"},
       {with_crc("xshard-checkpoint 1\nversion 0.1.0\nstep 7\nmesh m\ndevices 0,1,\n"), "line 5: bad device id"},
+      // 19 digits (found by the fuzz target: the digits' sum overflowed).
+      {with_crc("xshard-checkpoint 1\nversion 0.1.0\nstep 7\nmesh m\ndevices 0,9999999999999999992\n"),
+       "line 5: bad device id"},
+      {with_crc("xshard-checkpoint 1\nversion 0.1.0\nstep 9999999999999999999\n"), "line 3: bad step"},
       {with_crc("xshard-checkpoint 2\nversion 0.1.0\nstep 7\nmesh m\ndevices 0\n"),
        "line 1: format 2 (this library reads format 1)"},
       {with_crc(h + "tensor a int7 [2] None\n"), "line 6: unknown dtype \"int7\""},

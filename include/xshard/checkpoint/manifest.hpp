@@ -148,18 +148,15 @@ inline std::string printable(std::string_view s) {
 }
 
 inline bool parse_int(std::string_view s, std::int64_t lo, std::int64_t hi, std::int64_t& out) {
-  if (s.empty() || s.size() > 19) return false;
-  bool neg = false;
-  std::size_t i = 0;
-  if (s[0] == '-') {
-    neg = true;
-    i = 1;
-    if (s.size() == 1) return false;
-  }
+  const std::size_t sign = !s.empty() && s[0] == '-' ? 1 : 0;
+  // At most 18 digits, so the sum below cannot overflow (a sign does not
+  // count: "9999999999999999992" has 19 digits and no sign).
+  if (s.size() == sign || s.size() - sign > 18) return false;
+  const bool neg = sign == 1;
   std::int64_t v = 0;
-  for (; i < s.size(); ++i) {
+  for (std::size_t i = sign; i < s.size(); ++i) {
     if (s[i] < '0' || s[i] > '9') return false;
-    v = v * 10 + (s[i] - '0');  // at most 18 digits: no overflow
+    v = v * 10 + (s[i] - '0');
   }
   if (neg) v = -v;
   if (v < lo || v > hi) return false;
