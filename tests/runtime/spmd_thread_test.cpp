@@ -202,6 +202,31 @@ TEST(SpmdThreadFailure, BadAxisSet) {
   EXPECT_EQ(errors.load(), 2);
 }
 
+// all_reduce_many refuses parts that overlap (each would be reduced twice),
+// on every member, whatever the group's size.
+TEST(SpmdThreadFailure, AllReduceManyPartsOverlap) {
+  xshard::thread_mesh<xshard::mesh<"x=2, y=2">> devices;
+  std::atomic<int> errors{0};
+  devices.run([&](auto& dev) {
+    std::vector<float> v(8);
+    const std::span<float> parts[] = {std::span<float>(v).first(5), std::span<float>(v).last(4)};
+    for (axis_set axes : {axis_set{0}, axis_set{0b01}}) {
+      try {
+        dev.all_reduce_many(std::span<const std::span<float>>(parts), reduce_op::sum, axes);
+      } catch (const xshard::error& e) {
+        // The first member whose call is wrong: the group's rank 0 (over
+        // {x}: the device of this one's column in row 0).
+        const std::string where = axes == 0 ? "{}" : "{x}";
+        const int first = axes == 0 ? dev.id() : dev.id() % 2;
+        if (std::string(e.what()) ==
+            "xshard: all-reduce over " + where + ": device " + std::to_string(first) + "'s parts overlap")
+          ++errors;
+      }
+    }
+  });
+  EXPECT_EQ(errors.load(), 8);  // both calls on each of the 4 devices
+}
+
 // The float sums of all-reduce and reduce-scatter go through reduce_to:
 // whatever XSHARD_ISA picks, the portable loop's bits (the kernels
 // themselves: einsum_sums_test).

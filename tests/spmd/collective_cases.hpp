@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
+#include <span>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -167,6 +169,12 @@ class device_cases {
       // (two), so both paths run for every collective.
       all_reduce<float>(dev, reduce_op::sum, 8219);
       all_reduce<int>(dev, reduce_op::max, 8219);
+      // Several buffers in one collective: small (staged), empty parts, and
+      // over 32 KiB in all, with parts that straddle the members' chunks.
+      all_reduce_many<float>(dev, reduce_op::sum, {37, 0, 5});
+      all_reduce_many<int>(dev, reduce_op::min, {3});
+      all_reduce_many<double>(dev, reduce_op::max, {});
+      all_reduce_many<float>(dev, reduce_op::sum, {8219, 3, 0, 4001});
       reduce_scatter<float>(dev, reduce_op::sum, 8219, false);
       all_gather<int>(dev, 5, false);
       all_gather<int>(dev, 5, true);
@@ -246,6 +254,35 @@ class device_cases {
     dev.all_reduce(data, op, axes_);
     expected.add(collective_kind::all_reduce, g_, bytes<T>(n));
     compare(name("all-reduce", type_name(T{}), op_name(op)), data, want);
+  }
+
+  /// all_reduce_many over parts of the given sizes, each filled as one
+  /// buffer's stretch of input<T> (so the expected values are all_reduce's
+  /// of the concatenation).
+  template <class T, class Dev>
+  void all_reduce_many(Dev& dev, reduce_op op, std::initializer_list<std::int64_t> sizes) {
+    std::int64_t n = 0;
+    for (std::int64_t s : sizes) n += s;
+    const std::vector<T> in = input<T>(n);
+    std::vector<std::vector<T>> parts;
+    std::vector<std::span<T>> views;
+    std::int64_t at = 0;
+    for (std::int64_t s : sizes) {
+      parts.emplace_back(in.begin() + at, in.begin() + at + s);
+      at += s;
+    }
+    for (std::vector<T>& p : parts) views.emplace_back(p);
+    dev.all_reduce_many(std::span<const std::span<T>>(views), op, axes_);
+    expected.add(collective_kind::all_reduce, g_, bytes<T>(n));
+    std::vector<T> got, want(static_cast<std::size_t>(n));
+    for (const std::vector<T>& p : parts) got.insert(got.end(), p.begin(), p.end());
+    for (std::int64_t i = 0; i < n; ++i) {
+      T acc = value<T>(members_[0], i);
+      for (std::size_t j = 1; j < members_.size(); ++j) acc = apply(op, acc, value<T>(members_[j], i));
+      want[static_cast<std::size_t>(i)] = acc;
+    }
+    const std::string what = "all-reduce of " + std::to_string(sizes.size()) + " parts";
+    compare(name(what.c_str(), type_name(T{}), op_name(op)), got, want);
   }
 
   template <class T, class Dev>
@@ -345,6 +382,24 @@ class device_cases {
     // reads copies, the other reads in place and would meet twice): the same
     // error, and no member waits for a second meeting.
     size_mismatch.template operator()<float>(8219, 5);
+    // The same number of elements split into other parts: position 0
+    // passes 8 + 4, its peers 12 (one part).
+    {
+      std::vector<float> a = input<float>(8), b = input<float>(4), whole = input<float>(12);
+      std::vector<std::span<float>> parts;
+      if (pos_ == 0) {
+        parts = {std::span<float>(a), std::span<float>(b)};
+      } else {
+        parts = {std::span<float>(whole)};
+      }
+      expect_error("split mismatch",
+                   first_group ? "xshard: all-reduce over " + where_ + ": device " + id1 +
+                                     " splits its elements into other buffers than device " + id0 +
+                                     " (all_reduce_many's parts must have the same sizes on every member)"
+                               : std::string(),
+                   [&] { dev.all_reduce_many(std::span<const std::span<float>>(parts), reduce_op::sum, axes_); });
+      if (!first_group) expected.add(collective_kind::all_reduce, g_, bytes<float>(12));
+    }
     // A different collective: position 0 calls barrier, its peers all_gather.
     {
       const std::vector<double> in = input<double>(2);

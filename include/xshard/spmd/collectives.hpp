@@ -58,6 +58,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "../core/error.hpp"
 #include "../core/static_vector.hpp"
@@ -299,6 +300,7 @@ inline constexpr std::int64_t barrier_call = static_cast<std::int64_t>(collectiv
 
 inline constexpr std::int64_t call_overlap = 1;        // flag: the buffers overlap in a refused way
 inline constexpr std::int64_t call_count_too_big = 2;  // flag: more elements than the backend can move in one call
+inline constexpr std::int64_t call_parts_overlap = 4;  // flag: two of all_reduce_many's parts overlap
 
 /// One device's part in a collective, as the group's members exchange it
 /// (plain int64s, so MPI can all-gather it as is).
@@ -351,6 +353,22 @@ inline std::string element_name(std::int64_t code) {
 
 inline std::string_view call_name(std::int64_t kind) {
   return kind == barrier_call ? std::string_view("barrier") : collective_name(static_cast<collective_kind>(kind));
+}
+
+/// FNV-1a over the sizes of an all_reduce's parts: equal splits give equal
+/// keys (a plain all_reduce has key 0).
+template <class T>
+std::int64_t parts_key(std::span<const std::span<T>> parts) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::uint64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(parts.size());
+  for (const std::span<T>& p : parts) mix(p.size());
+  return static_cast<std::int64_t>(h | 1);
 }
 
 /// FNV-1a over the pairs: equal pairs give equal keys.
@@ -421,6 +439,11 @@ std::string check_collective_calls(std::span<const detail::collective_call> call
         return head() + device(r) + " reduces with " +
                std::string(reduce_op_name(static_cast<reduce_op>(calls[r].op))) + ", " + device(0) + " with " +
                std::string(reduce_op_name(static_cast<reduce_op>(c0.op)));
+  if (kind == collective_kind::all_reduce)
+    for (std::int64_t r = 1; r < g; ++r)
+      if (calls[r].key != c0.key)
+        return head() + device(r) + " splits its elements into other buffers than " + device(0) +
+               " (all_reduce_many's parts must have the same sizes on every member)";
   for (std::int64_t r = 1; r < g; ++r)
     if (calls[r].in_count != c0.in_count)
       return head() + device(r) + " has " + std::to_string(calls[r].in_count) + " elements, " + device(0) + " has " +
@@ -436,6 +459,7 @@ std::string check_collective_calls(std::span<const detail::collective_call> call
       return head() + device(r) + "'s output has " + std::to_string(calls[r].out_count) + " elements, it needs " +
              std::to_string(want);
     if (calls[r].flags & detail::call_overlap) return head() + device(r) + "'s input and output overlap";
+    if (calls[r].flags & detail::call_parts_overlap) return head() + device(r) + "'s parts overlap";
     if (calls[r].flags & detail::call_count_too_big)
       return head() + device(r) + "'s buffers hold more elements than the backend moves in one call";
   }
@@ -557,6 +581,53 @@ class basic_device {
     }
     run_call(collective_kind::all_reduce, g, static_cast<std::int64_t>(d.size_bytes()),
              static_cast<std::int64_t>(d.size_bytes()), [&] { impl().template all_reduce_impl<T>(d, op, axes, g, c); });
+  }
+
+  /// Reduces several buffers over the group in one collective: afterwards
+  /// every member's parts[i] holds op over the members' parts[i], element
+  /// by element, the same bits as one all_reduce per part (sum in rank
+  /// order). One rendezvous instead of one per buffer (a layer's parameter
+  /// gradients, graph::program's backward). Every member passes parts of
+  /// the same sizes, in the same order; no two parts may overlap.
+  template <class T>
+  void all_reduce_many(std::span<const std::span<T>> parts, reduce_op op, axis_set axes) {
+    static_assert(detail::reducible_v<T>,
+                  "xshard: all_reduce_many(parts, op, axes) needs arithmetic elements (not bool) in 'parts'");
+    static_assert(!std::is_const_v<T>, "xshard: all_reduce_many(parts, op, axes) reduces in place: parts are mutable");
+    std::size_t total = 0;
+    for (const std::span<T>& p : parts) total += p.size();
+    detail::collective_call c = make_call<T>(collective_kind::all_reduce, total, total);
+    c.op = static_cast<std::int64_t>(op);
+    c.key = detail::parts_key(parts);
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (detail::overlaps(parts[i].data(), parts[i].size_bytes(), parts[j].data(), parts[j].size_bytes()))
+          c.flags |= detail::call_parts_overlap;
+    const group_info g = group_of(axes, collective_kind::all_reduce);
+    if (g.size == 1) {
+      check_alone(c, axes, {});
+      return;
+    }
+    const auto bytes = static_cast<std::int64_t>(total * sizeof(T));
+    run_call(collective_kind::all_reduce, g, bytes, bytes, [&] {
+      if constexpr (requires { impl().template all_reduce_many_impl<T>(parts, op, axes, g, c); }) {
+        impl().template all_reduce_many_impl<T>(parts, op, axes, g, c);
+      } else {
+        // A backend without its own: the parts packed into one buffer.
+        std::vector<T> packed(total);
+        std::size_t at = 0;
+        for (const std::span<T>& p : parts) {
+          copy(packed.data() + at, p.data(), p.size());
+          at += p.size();
+        }
+        impl().template all_reduce_impl<T>(std::span<T>(packed), op, axes, g, c);
+        at = 0;
+        for (const std::span<T>& p : parts) {
+          copy(p.data(), packed.data() + at, p.size());
+          at += p.size();
+        }
+      }
+    });
   }
 
   /// out = the members' `in`, concatenated in rank order (out holds group

@@ -48,6 +48,7 @@ struct device_ref {
   std::int64_t position = 0;
   int id = 0;
   void (*all_reduce)(void*, std::span<T>, reduce_op, axis_set) = nullptr;
+  void (*all_reduce_many)(void*, std::span<const std::span<T>>, reduce_op, axis_set) = nullptr;
   void (*all_gather)(void*, std::span<const T>, std::span<T>, axis_set) = nullptr;
   void (*reduce_scatter)(void*, std::span<const T>, std::span<T>, reduce_op, axis_set) = nullptr;
   void (*all_to_all)(void*, std::span<const T>, std::span<T>, axis_set) = nullptr;
@@ -61,6 +62,9 @@ device_ref<T> make_device_ref(Device& d) {
   r.id = d.id();
   r.all_reduce = [](void* p, std::span<T> x, reduce_op op, axis_set a) {
     static_cast<Device*>(p)->all_reduce(x, op, a);
+  };
+  r.all_reduce_many = [](void* p, std::span<const std::span<T>> parts, reduce_op op, axis_set a) {
+    static_cast<Device*>(p)->all_reduce_many(parts, op, a);
   };
   r.all_gather = [](void* p, std::span<const T> in, std::span<T> out, axis_set a) {
     static_cast<Device*>(p)->all_gather(in, out, a);

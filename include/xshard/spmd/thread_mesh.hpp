@@ -407,6 +407,13 @@ class thread_device_core : public basic_device<thread_device_core> {
   /// finished reading this one.
   met meet(axis_set axes, const group_info& g, const collective_call& c, const void* in, void* out,
            std::size_t in_bytes, std::span<const rank_pair> pairs = {}, bool may_stage = true) {
+    return meet_staging(
+        axes, g, c, in, out, in_bytes, [&](std::byte* to) { std::memcpy(to, in, in_bytes); }, pairs, may_stage);
+  }
+  /// meet, with `stage(to)` writing the in_bytes a staged input holds.
+  template <class Stage>
+  met meet_staging(axis_set axes, const group_info& g, const collective_call& c, const void* in, void* out,
+                   std::size_t in_bytes, Stage&& stage, std::span<const rank_pair> pairs = {}, bool may_stage = true) {
     if (mesh_->poisoned()) mesh_->throw_poison();
     thread_rendezvous& rv = group(axes);
     thread_slot& mine = rv.post(g.rank);
@@ -416,7 +423,7 @@ class thread_device_core : public basic_device<thread_device_core> {
     const bool staged = may_stage && in_bytes != 0 && in_bytes <= staged_collective_bytes;
     if (staged) {
       if (mine.staged.size() < in_bytes) mine.staged.resize(in_bytes);
-      std::memcpy(mine.staged.data(), in, in_bytes);
+      stage(mine.staged.data());
       mine.in = mine.staged.data();
     }
     const bool last = rv.arrive_and_wait(c.kind);
@@ -449,14 +456,20 @@ class thread_device_core : public basic_device<thread_device_core> {
   template <class T>
   static void reduce_into_members(const thread_rendezvous& rv, const group_info& g, std::size_t b, std::size_t len,
                                   reduce_op op) {
+    reduce_in_place<T>(
+        g.size, [&](std::int64_t j) { return static_cast<T*>(rv.slot(g.rank, j).out) + b; }, len, op);
+  }
+  /// reduce_into_members on the members' buffers buffer(j)[0, len), each
+  /// both an input and an output.
+  template <class T, class Buffer>
+  static void reduce_in_place(std::int64_t members, Buffer&& buffer, std::size_t len, reduce_op op) {
     constexpr std::size_t block = reduce_block_bytes / sizeof(T);
-    const auto buffer = [&](std::int64_t j) { return static_cast<T*>(rv.slot(g.rank, j).out) + b; };
     for (std::size_t at = 0; at < len; at += block) {
       const std::size_t n = std::min(block, len - at);
       T* const first = buffer(0) + at;
-      reduce_to(first, in_of<T>(rv, g.rank, 0) + b + at, in_of<T>(rv, g.rank, 1) + b + at, n, op);
-      for (std::int64_t j = 2; j < g.size; ++j) reduce_into(first, in_of<T>(rv, g.rank, j) + b + at, n, op);
-      for (std::int64_t j = 1; j < g.size; ++j) copy(buffer(j) + at, first, n);
+      reduce_to(first, first, static_cast<const T*>(buffer(1) + at), n, op);
+      for (std::int64_t j = 2; j < members; ++j) reduce_into(first, static_cast<const T*>(buffer(j) + at), n, op);
+      for (std::int64_t j = 1; j < members; ++j) copy(buffer(j) + at, first, n);
     }
   }
 
@@ -502,6 +515,60 @@ class thread_device_core : public basic_device<thread_device_core> {
     const std::int64_t b = bound(g.rank), e = bound(g.rank + 1);
     reduce_into_members<T>(rv, g, static_cast<std::size_t>(b), static_cast<std::size_t>(e - b), op);
     rv.arrive_and_wait(c.kind);  // nobody returns while a peer still writes its buffer
+  }
+
+  /// all_reduce over the concatenation of the parts (the same sizes on
+  /// every member, check_calls saw to it), in the three ways all_reduce_impl
+  /// has, with one rendezvous: each member's slot points at its parts.
+  template <class T>
+  void all_reduce_many_impl(std::span<const std::span<T>> parts, reduce_op op, axis_set axes, group_info g,
+                            const collective_call& c) {
+    const auto part_of = [](const thread_rendezvous& rv, std::int64_t me, std::int64_t j, std::size_t p) {
+      return static_cast<const std::span<T>*>(rv.slot(me, j).out)[p].data();
+    };
+    if (group(axes).one_thread()) {
+      const met m = meet(axes, g, c, nullptr, const_cast<std::span<T>*>(parts.data()), 0, {}, false);
+      if (m.last)
+        for (std::size_t p = 0; p < parts.size(); ++p)
+          reduce_in_place<T>(
+              g.size, [&](std::int64_t j) { return part_of(m.rv, g.rank, j, p); }, parts[p].size(), op);
+      return;
+    }
+    std::size_t total = 0;
+    for (const std::span<T>& p : parts) total += p.size();
+    const met m = meet_staging(axes, g, c, nullptr, const_cast<std::span<T>*>(parts.data()), total * sizeof(T),
+                               [&](std::byte* to) {
+                                 for (const std::span<T>& p : parts) {
+                                   if (!p.empty()) std::memcpy(to, p.data(), p.size_bytes());
+                                   to += p.size_bytes();
+                                 }
+                               });
+    thread_rendezvous& rv = m.rv;
+    if (m.staged) {
+      // Every member reduces the members' copies into its own parts, as
+      // all_reduce_impl's staged path does.
+      std::size_t at = 0;
+      for (const std::span<T>& p : parts) {
+        reduce_to(p.data(), in_of<T>(rv, g.rank, 0) + at, in_of<T>(rv, g.rank, 1) + at, p.size(), op);
+        for (std::int64_t j = 2; j < g.size; ++j) reduce_into(p.data(), in_of<T>(rv, g.rank, j) + at, p.size(), op);
+        at += p.size();
+      }
+      return;
+    }
+    // Chunk `rank` of the concatenation (64-byte multiples), part by part,
+    // reduced and written back into every member's parts.
+    const auto n = static_cast<std::int64_t>(total);
+    const std::int64_t align = std::max<std::int64_t>(1, 64 / static_cast<std::int64_t>(sizeof(T)));
+    const auto bound = [&](std::int64_t k) { return k >= g.size ? n : n * k / g.size / align * align; };
+    const auto b = static_cast<std::size_t>(bound(g.rank)), e = static_cast<std::size_t>(bound(g.rank + 1));
+    std::size_t start = 0;
+    for (std::size_t p = 0; p < parts.size() && start < e; start += parts[p].size(), ++p) {
+      const std::size_t from = std::max(b, start), to = std::min(e, start + parts[p].size());
+      if (from >= to) continue;
+      reduce_in_place<T>(
+          g.size, [&](std::int64_t j) { return part_of(rv, g.rank, j, p) + (from - start); }, to - from, op);
+    }
+    rv.arrive_and_wait(c.kind);  // nobody returns while a peer still writes its parts
   }
 
   template <class T>
