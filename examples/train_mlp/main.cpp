@@ -51,29 +51,33 @@ namespace {
 using namespace train_mlp;
 
 // What the compiler knows about one training step's communication: one
-// all-reduce per layer forward, five per layer backward (four for the first
-// layer, which makes no input gradient: params_only), one more per layer
-// when the backward reruns the forward (remat::recompute; dots_saveable
-// reruns no einsum), and one for the loss.
+// all-reduce per layer forward, two per layer backward (the input
+// gradient's over model, and the four parameter gradients' over data as one
+// all_reduce_many at the layer's end; only the latter for the first layer,
+// which makes no input gradient: params_only), one more per layer when the
+// backward reruns the forward (remat::recompute; dots_saveable reruns no
+// einsum), and one for the loss.
 static_assert(Block::forward_collectives() == 1);
-static_assert(Block::backward_collectives() == 5);
-static_assert(Block::backward_collectives_params_only() == 4);
+static_assert(Block::backward_collectives() == 2);
+static_assert(Block::backward_collectives_params_only() == 1);
 constexpr std::int64_t collectives_per_step(xshard::remat policy) {
   const std::int64_t rerun = policy == xshard::remat::recompute ? Block::forward_collectives() : 0;
   return layers * (Block::forward_collectives() + rerun) + (layers - 1) * Block::backward_collectives() +
          Block::backward_collectives_params_only() + 1;
 }
-static_assert(collectives_per_step(xshard::remat::dots_saveable) == 48);
-static_assert(collectives_per_step(xshard::remat::save_all) == 48);
-static_assert(collectives_per_step(xshard::remat::recompute) == 56);
+static_assert(collectives_per_step(xshard::remat::dots_saveable) == 24);
+static_assert(collectives_per_step(xshard::remat::save_all) == 24);
+static_assert(collectives_per_step(xshard::remat::recompute) == 32);
 
 std::string bar(std::size_t done, std::size_t total, std::size_t width_chars = 30) {
   const std::size_t fill = total ? done * width_chars / total : width_chars;
   return "[" + std::string(fill, '#') + std::string(width_chars - fill, '.') + "]";
 }
 
-/// "node 9 (einsum ...m,mk->...k, named h)".
+/// "node 9 (einsum ...m,mk->...k, named h)", or the parameters' deferred
+/// all-reduces.
 std::string node_text(const xshard::graph::node_plan& step) {
+  if (step.node == xshard::graph::no_node) return "end (the parameter gradients, one all_reduce_many)";
   std::string s = "node " + std::to_string(step.node) + " (";
   s += step.op.find("->") != std::string_view::npos ? "einsum " + std::string(step.op) : std::string(step.op);
   if (!step.name.empty()) s += ", named " + std::string(step.name);

@@ -37,6 +37,7 @@ run_result train_mesh(const Dense::params& init, const options& o, std::size_t f
 
 /// "node 17 (einsum bqhe,hed->bqd, in scope attention)".
 inline std::string node_text(const xshard::graph::node_plan& step) {
+  if (step.node == xshard::graph::no_node) return "end (the parameter gradients, one all_reduce_many per axis set)";
   std::string s = "node " + std::to_string(step.node) + " (";
   s += step.op.find("->") != std::string_view::npos ? "einsum " + std::string(step.op) : std::string(step.op);
   if (!step.name.empty()) s += ", " + std::string(step.name);

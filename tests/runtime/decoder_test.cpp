@@ -173,11 +173,17 @@ using SpBlock = xshard::decoder_block<float, 32, xshard::sequence_parallel_decod
 static_assert(SpBlock::forward_collectives() == 4);
 static_assert(SpBlock::forward_plan()[0].collectives[0].kind == xshard::collective_kind::all_gather);
 static_assert(SpBlock::forward_plan()[1].collectives[0].kind == xshard::collective_kind::reduce_scatter);
-// Backward: the data all-reduces of the parameter gradients, the model
-// all-reduces of the input gradients; sequence parallel gathers the
-// gradient after each reduce-scatter (once per operand) and needs no
-// all-to-all.
-static_assert(TpBlock::backward_collectives() == 14 && SpBlock::backward_collectives() == 18);
+// Backward: the model all-reduces of the input gradients, then the data
+// all-reduces of the parameter gradients as one all_reduce_many per axis
+// set at the end (tensor parallel: 4 + 1; sequence parallel: the two
+// projections whose gradient is gathered first keep their own reduce over
+// data, and the deferred ones form two sets, over {data, model} and over
+// {data}); sequence parallel gathers the gradient after each reduce-scatter
+// (once per operand) and needs no all-to-all.
+static_assert(TpBlock::backward_collectives() == 5 && SpBlock::backward_collectives() == 12);
+static_assert(TpBlock::backward_plan()[4].node == xshard::graph::no_node &&
+              TpBlock::backward_plan()[4].collectives.size() == 1 &&
+              TpBlock::backward_plan()[4].collectives[0].axes == 0b01);
 static_assert([] {
   for (const auto& node : SpBlock::backward_plan())
     for (const auto& c : node.collectives)

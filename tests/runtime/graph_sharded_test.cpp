@@ -32,23 +32,28 @@ void expect_same_blocks(const std::tuple<S...>& a, const std::tuple<S...>& b) {
   (std::index_sequence_for<S...>{});
 }
 
-template <class Mesh, std::size_t Forward, std::size_t Backward, std::size_t ParamsOnly, bool WithHandWritten>
+// Hidden: the hidden width (split over model). Immediate: the parameter
+// gradients whose all-reduce runs at once instead of at the backward's end
+// (a parameter split unevenly), over the plans' counts.
+template <class Mesh, std::size_t Forward, std::size_t Backward, std::size_t ParamsOnly, bool WithHandWritten,
+          std::size_t Hidden = 8, std::int64_t Immediate = 0>
 void expect_sharded_mlp_equals_one_device() {
   using T = double;
   using Layout = xshard::data_model_mlp<Mesh>;
   using L = g::layer<mlp_def<T, Layout>>;
   using Ref = xshard_test::hand::mlp_block<T, Layout>;
   // The plan is derived from the graph. On 2x2: the block's forward
-  // all-reduce over model, and five in the backward (two bias sums and two
-  // weight gradients over data, the input gradient over model), as the
-  // hand-written block's plans say. On 4x1 the model axis has one device:
-  // no collective over it is planned.
+  // all-reduce over model, and two in the backward (the input gradient
+  // over model; then the two bias sums and two weight gradients over data
+  // as one all_reduce_many), where the hand-written block's plans run the
+  // four over data one by one. On 4x1 the model axis has one device: no
+  // collective over it is planned.
   static_assert(L::forward_collectives() == Forward && L::backward_collectives() == Backward);
   // Without the input gradient (vjp_params): the input gradient's
   // all-reduce over model is not run, the rest are.
   static_assert(L::backward_collectives_params_only() == ParamsOnly);
   xt::random::seed(7);
-  const auto p = mlp_params<T>(4, 8);
+  const auto p = mlp_params<T>(4, Hidden);
   const xt::xtensor<T, 2> x = randn<T, 2>({8, 4}), gy = randn<T, 2>({8, 4});
   graph_mlp<T> dense;
   // (No structured bindings: Clang 14 cannot capture them.)
@@ -71,10 +76,11 @@ void expect_sharded_mlp_equals_one_device() {
     EXPECT_EQ(dev.counters().total_calls(), L::forward_collectives());
     dev.reset_counters();
     auto [gp, gx] = l.vjp(ps, r, gys);
-    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives());
+    EXPECT_EQ(dev.counters().total_calls(), static_cast<std::int64_t>(L::backward_collectives()) + Immediate);
     dev.reset_counters();
     const auto gp_only = l.vjp_params(ps, r, gys);
-    EXPECT_EQ(dev.counters().total_calls(), L::backward_collectives_params_only());
+    EXPECT_EQ(dev.counters().total_calls(),
+              static_cast<std::int64_t>(L::backward_collectives_params_only()) + Immediate);
     expect_same_blocks(gp_only, gp);
     EXPECT_LT(max_diff(xshard::gather(y), y1), 1e-12);
     EXPECT_LT(max_diff(xshard::gather(gx), gx1), 1e-12);
@@ -98,8 +104,10 @@ void expect_sharded_mlp_equals_one_device() {
   });
 }
 
+// The graph runs the hand-written block's five backward collectives as two:
+// its four parameter gradients' all-reduces over data become one.
 static_assert(
-    g::layer<mlp_def<double, xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>>::backward_collectives() ==
+    g::layer<mlp_def<double, xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>>::backward_collectives() + 3 ==
     xshard_test::hand::mlp_block<double,
                                  xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>::backward_collectives());
 
@@ -110,10 +118,16 @@ static_assert(
                    g::layer<mlp_def<double, xshard::data_model_mlp<xshard::mesh<"data=2, model=2">>>>::written_type>);
 
 TEST(GraphSharded, DataModelMlpOn2x2) {
-  expect_sharded_mlp_equals_one_device<xshard::mesh<"data=2, model=2">, 1, 5, 4, true>();
+  expect_sharded_mlp_equals_one_device<xshard::mesh<"data=2, model=2">, 1, 2, 1, true>();
+}
+// Hidden width 7 over model=2: W1, b1 and W2 are split unevenly, so their
+// gradients are all-reduced at once (3 more calls than the plan); b2's
+// still waits for the end. The same gradients either way.
+TEST(GraphSharded, DataModelMlpOn2x2UnevenHidden) {
+  expect_sharded_mlp_equals_one_device<xshard::mesh<"data=2, model=2">, 1, 2, 1, false, 7, 3>();
 }
 TEST(GraphSharded, DataModelMlpOn4x1) {
-  expect_sharded_mlp_equals_one_device<xshard::mesh<"data=4, model=1">, 0, 4, 4, false>();
+  expect_sharded_mlp_equals_one_device<xshard::mesh<"data=4, model=1">, 0, 1, 1, false>();
 }
 
 }  // namespace

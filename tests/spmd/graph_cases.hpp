@@ -77,7 +77,7 @@ std::vector<std::string> run_graph_cases(Backend& backend) {
   using SB = xshard::sharded<double, 1, M, xshard::spec<"model">>;
   using Softmax = xshard::graph::layer<graph_softmax_def<SX, SB>>;
   using DenseSoftmax = xshard::graph::layer<graph_softmax_def<xt::xtensor<double, 2>, xt::xtensor<double, 1>>>;
-  static_assert(Block::forward_collectives() == 1 && Block::backward_collectives() == 5);
+  static_assert(Block::forward_collectives() == 1 && Block::backward_collectives() == 2);
   static_assert(Softmax::forward_collectives() == 2 && Softmax::backward_collectives() == 2);
 
   // The MLP: uneven hidden width 10 over model=2 is even; batch 6 over data.

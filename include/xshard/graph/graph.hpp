@@ -595,6 +595,20 @@ inline std::string collectives_text(const node_plan& step, const mesh_axes& axes
   return s;
 }
 
+namespace detail {
+/// The element type of the first parameter of Decl (std::tuple<input,
+/// params...>) when it is sharded; void otherwise.
+template <class Decl>
+struct first_param_value {
+  using type = void;
+};
+template <class X, class P0, class... P>
+requires Sharded<std::remove_cvref_t<P0>>
+struct first_param_value<std::tuple<X, P0, P...>> {
+  using type = typename std::remove_cvref_t<P0>::value_type;
+};
+}  // namespace detail
+
 // ---------------------------------------------------------------------------
 // The program of a result node R with leaves of declared types Decl
 // (std::tuple<input, params...>).
@@ -863,6 +877,7 @@ struct program {
     // The declared output may name size-1 mesh axes; a gy handed over is moved, not copied.
     std::get<size - 1>(ct).emplace(as_type<root_ct>(std::forward<G>(gy)));
     scopes_t scopes;
+    deferred_reduces deferred;
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       (
           [&] {
@@ -870,18 +885,19 @@ struct program {
             if constexpr (has_scopes)
               if (!g[i].trace.empty())
                 scopes[i].emplace(g[i].trace, std::initializer_list<trace_arg_view>{{"pass", "backward"}});
-            pullback<i, Input>(v, ct);
+            pullback<i, Input>(v, ct, deferred);
             close_scopes_from(scopes, i);
           }(),
           ...);
     }
     (std::make_index_sequence<size>{});
-    release(v);  // the values recomputed for this pass
+    deferred.run();  // the parameters' gradients, all-reduced together
+    release(v);      // the values recomputed for this pass
     return ct;
   }
 
-  template <std::size_t I, bool Input, class V, class CT>
-  static void pullback(const V& v, CT& ct) {
+  template <std::size_t I, bool Input, class V, class CT, class D>
+  static void pullback(const V& v, CT& ct, D& deferred) {
     if constexpr (g[I].kind != op_kind::leaf) {
       auto& gi = std::get<I>(ct);
       if (!gi) return;
@@ -897,7 +913,7 @@ struct program {
          ...);
         // Operands last to first; the first gets the cotangent itself.
         try {
-          (contribute<I, g[I].arity - 1 - K, Input>(ct, c, *gi), ...);
+          (contribute<I, g[I].arity - 1 - K, Input>(ct, c, *gi, deferred), ...);
         } catch (const error& e) {
           throw error(std::string(e.what()) + " (" + node_context(I, g[I]) + ", backward)");
         }
@@ -910,15 +926,187 @@ struct program {
 
   static constexpr node_set<size> param_dependent = depends_on_params(g);
 
-  template <std::size_t I, std::size_t K, bool Input, class CT, class C, class G>
-  static void contribute(CT& ct, const C& c, G& gi) {
+  template <std::size_t I, std::size_t K, bool Input, class CT, class C, class G, class D>
+  static void contribute(CT& ct, const C& c, G& gi, D& deferred) {
     if constexpr (!Input && !param_dependent[g[I].operands[K]]) return;  // feeds only the input's gradient
     auto& to = std::get<g[I].operands[K]>(ct);
-    if constexpr (K == 0)
-      accumulate(to, rule<op_t<I>>::template vjp<K>(std::move(gi), c));
-    else
-      accumulate(to, rule<op_t<I>>::template vjp<K>(std::as_const(gi), c));
+    const auto vjp = [&] {
+      if constexpr (K == 0)
+        return rule<op_t<I>>::template vjp<K>(std::move(gi), c);
+      else
+        return rule<op_t<I>>::template vjp<K>(std::as_const(gi), c);
+    };
+    if constexpr (defers_reduce<I, K>()) {
+      // The all-reduce of the gradient's partial sums is recorded, not run;
+      // the block it would reduce is the gradient's, moved into `to` (the
+      // parameter's only contribution): deferred.run() reduces it there.
+      // A parameter split unevenly is reduced at once (its padded blocks
+      // are not reduced in place), on every device alike.
+      using P = std::remove_cvref_t<decltype(c.template operand<K>())>;
+      const auto& p = c.template operand<K>();
+      if (!::xshard::evenly_split(P::mesh_shape, P::resolved, p.global_shape())) {
+        accumulate(to, vjp());
+        return;
+      }
+      const std::size_t before = deferred.recorded();
+      auto r = deferred.capture(vjp);
+      accumulate(to, std::move(r));
+      deferred.check_moved(before, to->local().data(), to->local().size());
+    } else {
+      accumulate(to, vjp());
+    }
   }
+
+  // ---- the parameters' gradients: their all-reduces deferred
+
+  /// How many operand slots of the graph read node j.
+  static consteval std::size_t uses_of(std::size_t j) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < size; ++i)
+      for (std::size_t k = 0; k < g[i].arity; ++k) n += g[i].operands[k] == j;
+    return n;
+  }
+  /// The element type of the first sharded parameter (void: none): the
+  /// deferred gradients' (others run their all-reduces at once).
+  using deferred_value_t = typename detail::first_param_value<Decl>::type;
+  /// Whether operand K of node I is a parameter whose gradient's one
+  /// collective, the all-reduce of its partial sums (which the rule runs
+  /// last, in place, on the block vjp<K> returns: reduces_gradient_last),
+  /// waits for the end of the backward, to run with the other parameters'
+  /// as one all_reduce_many per axis set: one rendezvous per layer instead
+  /// of one per parameter (a 2x2 thread mesh's data replicas on two cores
+  /// met four times per layer). Only for a parameter read once by the
+  /// graph, so its gradient is that block, never summed with another. The
+  /// plans count the deferred all-reduces as run; a parameter whose dims do
+  /// not divide evenly over the mesh reduces at once instead (its blocks
+  /// are padded), so its layer's counters differ from the plan.
+  template <std::size_t I, std::size_t K>
+  static consteval bool defers_reduce() {
+    if constexpr (g[I].kind == op_kind::leaf || std::is_void_v<deferred_value_t>) {
+      return false;
+    } else {
+      constexpr std::size_t o = g[I].operands[K];
+      if constexpr (g[o].kind != op_kind::leaf || g[o].leaf == 0 || uses_of(o) != 1) {
+        return false;
+      } else {
+        return [&]<std::size_t... J>(std::index_sequence<J...>) {
+          using Y = value_t<node_t<I>, Decl>;
+          using Rule = rule<op_t<I>>;
+          using P = std::remove_cvref_t<value_t<node_t<o>, Decl>>;
+          if constexpr (requires {
+                          Rule::template reduces_gradient_last<K, Y, value_t<node_t<g[I].operands[J]>, Decl>...>();
+                        }) {
+            if constexpr (Sharded<P>)
+              return std::is_same_v<typename P::value_type, deferred_value_t> &&
+                     Rule::template reduces_gradient_last<K, Y, value_t<node_t<g[I].operands[J]>, Decl>...>();
+            else
+              return false;
+          } else {
+            return false;
+          }
+        }
+        (std::make_index_sequence<g[I].arity>{});
+      }
+    }
+  }
+  /// How many of node I's operands defer their gradient's all-reduce.
+  template <std::size_t I>
+  static consteval std::size_t deferred_of() {
+    if constexpr (g[I].kind == op_kind::leaf)
+      return 0;
+    else
+      return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return (std::size_t{0} + ... + std::size_t{defers_reduce<I, K>()});
+      }
+    (std::make_index_sequence<g[I].arity>{});
+  }
+  template <std::size_t I>
+  static consteval bool defers_any() {
+    return deferred_of<I>() != 0;
+  }
+  /// The axis sets of the deferred all-reduces, each once, in the order
+  /// the backward first records one (nodes last to first, a node's
+  /// operands last to first): deferred_reduces::run's collectives.
+  static consteval static_vector<axis_set, size> deferred_axes() {
+    static_vector<axis_set, size> r;
+    const auto add = [&](axis_set a) {
+      for (axis_set b : r)
+        if (b == a) return;
+      r.push_back(a);
+    };
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+      (
+          [&] {
+            constexpr std::size_t i = size - 1 - J;
+            if constexpr (g[i].kind != op_kind::leaf) [&]<std::size_t... K>(std::index_sequence<K...>) {
+                (
+                    [&] {
+                      constexpr std::size_t k = g[i].arity - 1 - K;
+                      if constexpr (defers_reduce<i, k>()) add(operand_collectives_of<i, k>()[0].axes);
+                    }(),
+                    ...);
+              }
+            (std::make_index_sequence<g[i].arity>{});
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<size>{});
+    return r;
+  }
+  /// How many gradients the backward defers.
+  static consteval std::size_t deferred_count() {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return (std::size_t{0} + ... + deferred_of<I>()); }
+    (std::make_index_sequence<size>{});
+  }
+
+  /// One backward's deferred all-reduces: recorded while a deferring vjp
+  /// runs (capture), then run as one all_reduce_many per axis set.
+  class deferred_reduces {
+    using T = std::conditional_t<std::is_void_v<deferred_value_t>, float, deferred_value_t>;
+    static constexpr std::size_t n = deferred_count();
+    std::array<::xshard::detail::deferred_all_reduce<T>, (n > 0 ? n : 1)> items_{};
+    ::xshard::detail::deferred_all_reduces<T> sink_{items_.data(), n, 0};
+
+   public:
+    std::size_t recorded() const { return sink_.count; }
+    /// f(), its all-reduces recorded (none waits: f's one collective is the one recorded).
+    template <class F>
+    auto capture(F&& f) {
+      struct window {
+        ::xshard::detail::deferred_all_reduces<T>* prev;
+        explicit window(::xshard::detail::deferred_all_reduces<T>* s)
+            : prev(std::exchange(::xshard::detail::deferring_all_reduces<T>, s)) {}
+        ~window() { ::xshard::detail::deferring_all_reduces<T> = prev; }
+      } const open(&sink_);
+      return f();
+    }
+    /// The all-reduce recorded since `before`, if any, must be of the
+    /// buffer [data, data + count) (the gradient moved into its slot).
+    void check_moved(std::size_t before, const T* data, std::size_t count) const {
+      for (std::size_t i = before; i < sink_.count; ++i)
+        if (items_[i].data.data() != data || items_[i].data.size() != count)
+          throw error("xshard::graph: internal error: a deferred all-reduce is not of the gradient's block");
+    }
+    /// The recorded all-reduces, one all_reduce_many per axis set (and
+    /// reduce op), in the order each first appears.
+    void run() {
+      std::array<std::span<T>, (n > 0 ? n : 1)> parts{};
+      std::array<bool, (n > 0 ? n : 1)> done{};
+      for (std::size_t i = 0; i < sink_.count; ++i) {
+        if (done[i]) continue;
+        std::size_t m = 0;
+        for (std::size_t j = i; j < sink_.count; ++j)
+          if (!done[j] && items_[j].axes == items_[i].axes && items_[j].op == items_[i].op &&
+              items_[j].dev.device == items_[i].dev.device) {
+            parts[m++] = items_[j].data;
+            done[j] = true;
+          }
+        const auto& dev = items_[i].dev;
+        dev.all_reduce_many(dev.device, std::span<const std::span<T>>(parts.data(), m), items_[i].op, items_[i].axes);
+      }
+      sink_.count = 0;
+    }
+  };
 
   /// The leaf gradients of a backward's cotangents: the input's and the
   /// parameters', zeros where the result does not depend on a leaf.
@@ -956,6 +1144,44 @@ struct program {
       }
     (std::make_index_sequence<g[I].arity>{});
   }
+  /// Operand K's part of node I's backward collectives (a rule that splits
+  /// them: backward_collectives_of<K>).
+  template <std::size_t I, std::size_t K>
+  static consteval node_collectives operand_collectives_of() {
+    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+      using Y = value_t<node_t<I>, Decl>;
+      return rule<op_t<I>>::template backward_collectives_of<K, Y, value_t<node_t<g[I].operands[J]>, Decl>...>();
+    }
+    (std::make_index_sequence<g[I].arity>{});
+  }
+  /// Node I's backward collectives but the deferred ones (defers_reduce),
+  /// which the pass runs at its end.
+  template <std::size_t I>
+  static consteval node_collectives kept_backward_collectives_of() {
+    if constexpr (!defers_any<I>()) {
+      return collectives_of<true, I>();
+    } else {
+      node_collectives r;
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (
+            [&] {
+              if constexpr (!defers_reduce<I, K>()) detail::append(r, operand_collectives_of<I, K>());
+            }(),
+            ...);
+      }
+      (std::make_index_sequence<g[I].arity>{});
+      return r;
+    }
+  }
+  /// The backward's last step: one all-reduce per deferred axis set (none
+  /// when nothing is deferred).
+  static consteval node_collectives deferred_collectives() {
+    node_collectives r;
+    for (axis_set a : deferred_axes())
+      detail::append(r, std::array{planned_collective{collective_kind::all_reduce, a, -1}});
+    return r;
+  }
+
   /// Node I's collectives in a backward that makes no input gradient: none
   /// where the node does not depend on a parameter (it gets no cotangent);
   /// else those of its operands that do (the rule's
@@ -972,7 +1198,7 @@ struct program {
         return true;
       }();
       if constexpr (every) {
-        return collectives_of<true, I>();
+        return kept_backward_collectives_of<I>();
       } else {
         return [&]<std::size_t... K>(std::index_sequence<K...>) {
           using Y = value_t<node_t<I>, Decl>;
@@ -981,7 +1207,7 @@ struct program {
             node_collectives r;
             (
                 [&] {
-                  if constexpr (param_dependent[g[I].operands[K]])
+                  if constexpr (param_dependent[g[I].operands[K]] && !defers_reduce<I, K>())
                     detail::append(
                         r, Rule::template backward_collectives_of<K, Y, value_t<node_t<g[I].operands[K]>, Decl>...>());
                 }(),
@@ -1000,12 +1226,18 @@ struct program {
     }
   }
   /// The nodes of a pass that run collectives, in the pass's order (the
-  /// backward visits the nodes last to first).
+  /// backward visits the nodes last to first, then runs the parameters'
+  /// deferred all-reduces: an entry of node no_node, op
+  /// "parameter gradients").
   template <bool Backward>
   static consteval static_vector<node_plan, size> plan() {
     static_vector<node_plan, size> r;
     auto add = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {
-      const node_collectives c = collectives_of<Backward, I>();
+      node_collectives c;
+      if constexpr (Backward)
+        c = kept_backward_collectives_of<I>();
+      else
+        c = collectives_of<false, I>();
       if (!c.empty()) r.push_back({I, g[I].text, g[I].name, c});
     };
     [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -1015,6 +1247,8 @@ struct program {
         (add(std::integral_constant<std::size_t, I>{}), ...);
     }
     (std::make_index_sequence<size>{});
+    if constexpr (Backward)
+      if (!deferred_collectives().empty()) r.push_back({no_node, "parameter gradients", "", deferred_collectives()});
     return r;
   }
   /// Collectives per forward and per backward on every device.
@@ -1023,7 +1257,7 @@ struct program {
   /// Collectives per backward that makes no input gradient (backward<false>).
   static consteval std::size_t backward_collectives_params_only() {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return (std::size_t{0} + ... + params_only_collectives_of<I>().size());
+      return (deferred_collectives().size() + ... + params_only_collectives_of<I>().size());
     }
     (std::make_index_sequence<size>{});
   }

@@ -514,6 +514,15 @@ constexpr node_collectives collectives_of(const redist_plan& p, int tensor) {
     if (is_collective(s.kind)) append(r, std::array{planned_collective{collective_of(s.kind), s.axes, tensor}});
   return r;
 }
+/// Whether a sharded einsum's plan runs one collective, the all-reduce of
+/// its result's partial sums, as its last step (the rules'
+/// reduces_gradient_last).
+constexpr bool reduces_result_last(const sharded_einsum_plan& p) {
+  for (const redist_plan& o : p.operands)
+    for (const redist_step& s : o.steps)
+      if (is_collective(s.kind)) return false;
+  return p.output.steps.size() == 1 && p.output.steps[0].kind == step_kind::all_reduce;
+}
 /// n all-reduces over `axes` (none if axes is empty): the partial sums of a
 /// composite over a split dim.
 constexpr node_collectives all_reduces(axis_set axes, std::size_t n, int tensor = -1) {
@@ -568,6 +577,17 @@ struct rule<einsum_op<Eq>> {
     node_collectives r;
     if constexpr ((Sharded<A> && ...)) detail::append(r, einsum_vjp_plan<Eq, K, Y, A...>().collectives());
     return r;
+  }
+  /// Whether operand K's one collective is the all-reduce of its
+  /// gradient's partial sums, run last, in place, on the block vjp<K>
+  /// returns (a weight's gradient over a batch split on `data`): the graph's
+  /// backward may then defer it (program::defers_reduce).
+  template <std::size_t K, class Y, class... A>
+  static consteval bool reduces_gradient_last() {
+    if constexpr ((Sharded<A> && ...))
+      return detail::reduces_result_last(einsum_vjp_plan<Eq, K, Y, A...>());
+    else
+      return false;
   }
 };
 
@@ -625,6 +645,14 @@ struct rule<einsum_to_op<Eq, S>> : rule<einsum_op<Eq>> {
     } else {
       return rule<einsum_op<Eq>>::template backward_collectives_of<K, Y, A...>();
     }
+  }
+  /// rule<einsum_op>'s, unless g is first brought back (regather).
+  template <std::size_t K, class Y, class... A>
+  static consteval bool reduces_gradient_last() {
+    if constexpr (regather<Y, A...>)
+      return false;
+    else
+      return rule<einsum_op<Eq>>::template reduces_gradient_last<K, Y, A...>();
   }
   template <class Y, class... A>
   static consteval node_collectives forward_collectives() {
@@ -864,6 +892,19 @@ struct rule<binary_op<B>> {
       }
     }
     return r;
+  }
+  /// A bias's gradient (K = 1): its sum over the rows, when that is
+  /// all-reduced last (rule<einsum_op>::reduces_gradient_last).
+  template <std::size_t K, class Y, class A0, class A1>
+  static consteval bool reduces_gradient_last() {
+    if constexpr (K == 1 && detail::is_bias_of<A0, A1>()) {
+      using DY = std::remove_cvref_t<Y>;
+      using D1 = std::remove_cvref_t<A1>;
+      return detail::reduces_result_last(
+          einsum_plan_to<"...m->m", typename DY::mesh_type, typename D1::spec_type, typename DY::spec_type>());
+    } else {
+      return false;
+    }
   }
 };
 
@@ -1690,7 +1731,7 @@ struct rule<custom_op<Name, Sig, Kernel>> {
       constexpr axis_set partial = S::partial(K);
       if constexpr (partial != 0) {
         const auto& dev = ak.device();
-        dev.all_reduce(dev.device, std::span<T>(block.data(), block.size()), reduce_op::sum, partial);
+        ::xshard::detail::all_reduce_or_defer(dev, std::span<T>(block.data(), block.size()), reduce_op::sum, partial);
       }
       return owning_sharded_t<AK>(ak.device(), ak.global_shape(), std::move(block));
     } else {
@@ -1717,6 +1758,15 @@ struct rule<custom_op<Name, Sig, Kernel>> {
     if constexpr ((Sharded<A> && ...))
       detail::append(r, detail::all_reduces(sharding<A...>::partial(K), 1, static_cast<int>(K)));
     return r;
+  }
+  /// Operand K's all-reduce, when it has one, is vjp<K>'s last step on
+  /// the block it returns.
+  template <std::size_t K, class Y, class... A>
+  static consteval bool reduces_gradient_last() {
+    if constexpr ((Sharded<A> && ...))
+      return sharding<A...>::partial(K) != 0;
+    else
+      return false;
   }
 };
 

@@ -86,6 +86,16 @@ constexpr static_vector<shard_slice, max_spec_rank> local_slices(std::span<const
   return r;
 }
 
+/// Whether every dim of `shape` divides evenly into its tiles: every
+/// device's block then has the padded shard shape (a collective over the
+/// layout reduces each block where it lies).
+constexpr bool evenly_split(std::span<const std::int64_t> mesh, const resolved_spec& s,
+                            std::span<const std::int64_t> shape) {
+  for (std::size_t d = 0; d < s.rank(); ++d)
+    if (shape[d] % dim_tiles(mesh, s.dims[d]) != 0) return false;
+  return true;
+}
+
 /// The padded shard extent of each dim: ceil(n / tiles).
 constexpr tensor_shape padded_shard_shape(std::span<const std::int64_t> mesh, const resolved_spec& s,
                                           std::span<const std::int64_t> shape) {

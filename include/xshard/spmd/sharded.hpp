@@ -80,6 +80,39 @@ device_ref<T> make_device_ref(Device& d) {
 
 namespace detail {
 
+/// An all-reduce asked for and not run yet (deferred_all_reduces).
+template <class T>
+struct deferred_all_reduce {
+  device_ref<T> dev;
+  std::span<T> data;
+  reduce_op op = reduce_op::sum;
+  axis_set axes = 0;
+};
+/// Where the all-reduces of partial sums go while a caller gathers them to
+/// run as one collective (graph::program's backward, for a layer's
+/// parameter gradients): set on this thread only around a computation
+/// whose one collective is that all-reduce, run last on the buffer it
+/// returns (so no device waits, or switches fibers, while it is set).
+template <class T>
+struct deferred_all_reduces {
+  deferred_all_reduce<T>* items = nullptr;
+  std::size_t capacity = 0;
+  std::size_t count = 0;
+};
+template <class T>
+inline thread_local deferred_all_reduces<T>* deferring_all_reduces = nullptr;
+
+/// dev.all_reduce(data, op, axes), or recorded for later while a caller
+/// defers them (deferred_all_reduces) and has room.
+template <class T>
+void all_reduce_or_defer(const device_ref<T>& dev, std::span<T> data, reduce_op op, axis_set axes) {
+  if (deferred_all_reduces<T>* d = deferring_all_reduces<T>; d && d->count < d->capacity) {
+    d->items[d->count++] = {dev, data, op, axes};
+    return;
+  }
+  dev.all_reduce(dev.device, data, op, axes);
+}
+
 /// A mesh's shape as a static_vector (axis sizes).
 template <Mesh M>
 constexpr mesh_shape_t mesh_shape_of() {
@@ -423,7 +456,7 @@ xt::xtensor<T, R> run_step(const device_ref<T>& dev, const redist_step& s, std::
     bool in_place = true;
     for (std::size_t d = 0; d < R; ++d) in_place = in_place && padded[d] == f.bshape[d] && f.ashape[d] == f.bshape[d];
     if (in_place) {
-      dev.all_reduce(dev.device, std::span<T>(block.data(), block.size()), reduce_op::sum, s.axes);
+      all_reduce_or_defer(dev, std::span<T>(block.data(), block.size()), reduce_op::sum, s.axes);
       return block;
     }
   }
