@@ -609,6 +609,56 @@ struct first_param_value<std::tuple<X, P0, P...>> {
 };
 }  // namespace detail
 
+namespace detail {
+/// One graph backward's deferred all-reduces (program::defers_reduce): recorded while a deferring vjp
+/// runs (capture), then run as one all_reduce_many per axis set.
+template <class T, std::size_t n>
+class deferred_reduces {
+  std::array<::xshard::detail::deferred_all_reduce<T>, (n > 0 ? n : 1)> items_{};
+  ::xshard::detail::deferred_all_reduces<T> sink_{items_.data(), n, 0};
+
+ public:
+  std::size_t recorded() const { return sink_.count; }
+  /// f(), its all-reduces recorded (none waits: f's one collective is the one recorded).
+  template <class F>
+  auto capture(F&& f) {
+    struct window {
+      ::xshard::detail::deferred_all_reduces<T>* prev;
+      explicit window(::xshard::detail::deferred_all_reduces<T>* s)
+          : prev(std::exchange(::xshard::detail::deferring_all_reduces<T>, s)) {}
+      ~window() { ::xshard::detail::deferring_all_reduces<T> = prev; }
+    } const open(&sink_);
+    return f();
+  }
+  /// The all-reduce recorded since `before`, if any, must be of the
+  /// buffer [data, data + count) (the gradient moved into its slot).
+  void check_moved(std::size_t before, const T* data, std::size_t count) const {
+    for (std::size_t i = before; i < sink_.count; ++i)
+      if (items_[i].data.data() != data || items_[i].data.size() != count)
+        throw error("xshard::graph: internal error: a deferred all-reduce is not of the gradient's block");
+  }
+  /// The recorded all-reduces, one all_reduce_many per axis set (and
+  /// reduce op), in the order each first appears.
+  void run() {
+    std::array<std::span<T>, (n > 0 ? n : 1)> parts{};
+    std::array<bool, (n > 0 ? n : 1)> done{};
+    for (std::size_t i = 0; i < sink_.count; ++i) {
+      if (done[i]) continue;
+      std::size_t m = 0;
+      for (std::size_t j = i; j < sink_.count; ++j)
+        if (!done[j] && items_[j].axes == items_[i].axes && items_[j].op == items_[i].op &&
+            items_[j].dev.device == items_[i].dev.device) {
+          parts[m++] = items_[j].data;
+          done[j] = true;
+        }
+      const auto& dev = items_[i].dev;
+      dev.all_reduce_many(dev.device, std::span<const std::span<T>>(parts.data(), m), items_[i].op, items_[i].axes);
+    }
+    sink_.count = 0;
+  }
+};
+}  // namespace detail
+
 // ---------------------------------------------------------------------------
 // The program of a result node R with leaves of declared types Decl
 // (std::tuple<input, params...>).
@@ -877,7 +927,9 @@ struct program {
     // The declared output may name size-1 mesh axes; a gy handed over is moved, not copied.
     std::get<size - 1>(ct).emplace(as_type<root_ct>(std::forward<G>(gy)));
     scopes_t scopes;
-    deferred_reduces deferred;
+    detail::deferred_reduces<std::conditional_t<std::is_void_v<deferred_value_t>, float, deferred_value_t>,
+                             deferred_count()>
+        deferred;
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       (
           [&] {
@@ -1059,55 +1111,6 @@ struct program {
     (std::make_index_sequence<size>{});
   }
 
-  /// One backward's deferred all-reduces: recorded while a deferring vjp
-  /// runs (capture), then run as one all_reduce_many per axis set.
-  class deferred_reduces {
-    using T = std::conditional_t<std::is_void_v<deferred_value_t>, float, deferred_value_t>;
-    static constexpr std::size_t n = deferred_count();
-    std::array<::xshard::detail::deferred_all_reduce<T>, (n > 0 ? n : 1)> items_{};
-    ::xshard::detail::deferred_all_reduces<T> sink_{items_.data(), n, 0};
-
-   public:
-    std::size_t recorded() const { return sink_.count; }
-    /// f(), its all-reduces recorded (none waits: f's one collective is the one recorded).
-    template <class F>
-    auto capture(F&& f) {
-      struct window {
-        ::xshard::detail::deferred_all_reduces<T>* prev;
-        explicit window(::xshard::detail::deferred_all_reduces<T>* s)
-            : prev(std::exchange(::xshard::detail::deferring_all_reduces<T>, s)) {}
-        ~window() { ::xshard::detail::deferring_all_reduces<T> = prev; }
-      } const open(&sink_);
-      return f();
-    }
-    /// The all-reduce recorded since `before`, if any, must be of the
-    /// buffer [data, data + count) (the gradient moved into its slot).
-    void check_moved(std::size_t before, const T* data, std::size_t count) const {
-      for (std::size_t i = before; i < sink_.count; ++i)
-        if (items_[i].data.data() != data || items_[i].data.size() != count)
-          throw error("xshard::graph: internal error: a deferred all-reduce is not of the gradient's block");
-    }
-    /// The recorded all-reduces, one all_reduce_many per axis set (and
-    /// reduce op), in the order each first appears.
-    void run() {
-      std::array<std::span<T>, (n > 0 ? n : 1)> parts{};
-      std::array<bool, (n > 0 ? n : 1)> done{};
-      for (std::size_t i = 0; i < sink_.count; ++i) {
-        if (done[i]) continue;
-        std::size_t m = 0;
-        for (std::size_t j = i; j < sink_.count; ++j)
-          if (!done[j] && items_[j].axes == items_[i].axes && items_[j].op == items_[i].op &&
-              items_[j].dev.device == items_[i].dev.device) {
-            parts[m++] = items_[j].data;
-            done[j] = true;
-          }
-        const auto& dev = items_[i].dev;
-        dev.all_reduce_many(dev.device, std::span<const std::span<T>>(parts.data(), m), items_[i].op, items_[i].axes);
-      }
-      sink_.count = 0;
-    }
-  };
-
   /// The leaf gradients of a backward's cotangents: the input's and the
   /// parameters', zeros where the result does not depend on a leaf.
   template <std::size_t Leaf, class CT, class Like>
@@ -1256,10 +1259,11 @@ struct program {
   static consteval std::size_t backward_collectives() { return total(plan<true>()); }
   /// Collectives per backward that makes no input gradient (backward<false>).
   static consteval std::size_t backward_collectives_params_only() {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return (deferred_collectives().size() + ... + params_only_collectives_of<I>().size());
+    const std::size_t nodes = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (std::size_t{0} + ... + params_only_collectives_of<I>().size());
     }
     (std::make_index_sequence<size>{});
+    return nodes + deferred_collectives().size();
   }
 
  private:
