@@ -529,7 +529,8 @@ struct group_info {
 ///
 ///   template <class T> void all_reduce_impl(std::span<T> data, reduce_op, axis_set, group_info,
 ///                                           const detail::collective_call&);
-///   ... all_gather_impl(in, out, axes, group, call), reduce_scatter_impl(in, out, op, ...),
+///   ... all_reduce_many_impl(parts, op, axes, group, call),
+///   all_gather_impl(in, out, axes, group, call), reduce_scatter_impl(in, out, op, ...),
 ///   all_to_all_impl(in, out, ...), permute_impl(in, out, pairs, ...), barrier_impl(axes, group, call)
 ///
 /// each called only for groups of two or more devices; it checks the group's
@@ -609,25 +610,8 @@ class basic_device {
       return;
     }
     const auto bytes = static_cast<std::int64_t>(total * sizeof(T));
-    run_call(collective_kind::all_reduce, g, bytes, bytes, [&] {
-      if constexpr (requires { impl().template all_reduce_many_impl<T>(parts, op, axes, g, c); }) {
-        impl().template all_reduce_many_impl<T>(parts, op, axes, g, c);
-      } else {
-        // A backend without its own: the parts packed into one buffer.
-        std::vector<T> packed(total);
-        std::size_t at = 0;
-        for (const std::span<T>& p : parts) {
-          copy(packed.data() + at, p.data(), p.size());
-          at += p.size();
-        }
-        impl().template all_reduce_impl<T>(std::span<T>(packed), op, axes, g, c);
-        at = 0;
-        for (const std::span<T>& p : parts) {
-          copy(p.data(), packed.data() + at, p.size());
-          at += p.size();
-        }
-      }
-    });
+    run_call(collective_kind::all_reduce, g, bytes, bytes,
+             [&] { impl().template all_reduce_many_impl<T>(parts, op, axes, g, c); });
   }
 
   /// out = the members' `in`, concatenated in rank order (out holds group

@@ -207,6 +207,20 @@ class mpi_device_core : public basic_device<mpi_device_core> {
     MPI_Allreduce(MPI_IN_PLACE, data.data(), mpi_count<T>(data.size()), mpi_element_of<T>().type, mpi_op_of(op), comm);
   }
 
+  /// One check exchange for all the parts (check_calls compares their
+  /// sizes), then each part reduced in place: the same bits as one
+  /// all_reduce per part, without packing them into a buffer.
+  template <class T>
+  void all_reduce_many_impl(std::span<const std::span<T>> parts, reduce_op op, axis_set axes, group_info g,
+                            const collective_call& c) {
+    collective_call sc = c;
+    for (const std::span<T>& p : parts) sc = sized<T>(sc, p.size(), p.size());
+    const MPI_Comm comm = meet(axes, g, sc);
+    for (const std::span<T>& p : parts)
+      if (!p.empty())
+        MPI_Allreduce(MPI_IN_PLACE, p.data(), mpi_count<T>(p.size()), mpi_element_of<T>().type, mpi_op_of(op), comm);
+  }
+
   template <class T>
   void all_gather_impl(std::span<const T> in, std::span<T> out, axis_set axes, group_info g, const collective_call& c) {
     const MPI_Comm comm = meet(axes, g, sized<T>(c, in.size(), out.size()));

@@ -451,11 +451,10 @@ xt::xtensor<T, R> run_step(const device_ref<T>& dev, const redist_step& s, std::
   const step_frame<R> f = make_step_frame<R>(dev.position, s, mesh, shape, before, after);
   if (s.kind == step_kind::all_reduce) {
     // A block every member holds at the same extents (no padding: the
-    // layout's tiles divide the dims) is reduced where it lies.
-    const box padded = padded_box(before, mesh, shape);
-    bool in_place = true;
-    for (std::size_t d = 0; d < R; ++d) in_place = in_place && padded[d] == f.bshape[d] && f.ashape[d] == f.bshape[d];
-    if (in_place) {
+    // layout's tiles divide the dims; an all-reduce keeps the tiles) is
+    // reduced where it lies. The graph defers these reductions by the same
+    // rule (graph.hpp).
+    if (evenly_split(mesh, before, shape)) {
       all_reduce_or_defer(dev, std::span<T>(block.data(), block.size()), reduce_op::sum, s.axes);
       return block;
     }

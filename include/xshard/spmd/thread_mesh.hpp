@@ -445,6 +445,17 @@ class thread_device_core : public basic_device<thread_device_core> {
     if (n != 0 && out != in) std::memcpy(out, in, n * sizeof(T));
   }
 
+  /// Where chunk k of n elements split over `ranks` begins (chunk `ranks`
+  /// ends at n): the in-place reductions' chunk k is [chunk_bound(k),
+  /// chunk_bound(k + 1)), each start a 64-byte multiple so that no two
+  /// ranks write one cache line.
+  template <class T>
+  static std::size_t chunk_bound(std::size_t n, std::int64_t k, std::int64_t ranks) {
+    if (k >= ranks) return n;
+    constexpr std::size_t align = sizeof(T) >= 64 ? 1 : 64 / sizeof(T);
+    return n * static_cast<std::size_t>(k) / static_cast<std::size_t>(ranks) / align * align;
+  }
+
   /// Elements [b, b + len) of every member's buffer (each member's input
   /// and output) reduced in rank order into rank 0's buffer, element by
   /// element (it still holds rank 0's input at each element until that
@@ -500,20 +511,14 @@ class thread_device_core : public basic_device<thread_device_core> {
       for (std::int64_t j = 2; j < g.size; ++j) reduce_into(out, in_of<T>(rv, g.rank, j), n, op);
       return;
     }
-    const auto n = static_cast<std::int64_t>(data.size());
-    // Chunk k is [bound(k), bound(k + 1)), split at 64-byte multiples.
-    const auto bound = [&](std::int64_t k) {
-      if (k >= g.size) return n;
-      const std::int64_t align = std::max<std::int64_t>(1, 64 / static_cast<std::int64_t>(sizeof(T)));
-      return n * k / g.size / align * align;
-    };
     // Chunk `rank` of every member's buffer, reduced and written back into
     // every member's buffer: no other member touches this chunk, so the
     // group reads and writes each buffer once, with no second pass (one
     // pass per input and one copy per other member, in rank order as in the
     // staged path).
-    const std::int64_t b = bound(g.rank), e = bound(g.rank + 1);
-    reduce_into_members<T>(rv, g, static_cast<std::size_t>(b), static_cast<std::size_t>(e - b), op);
+    const std::size_t b = chunk_bound<T>(data.size(), g.rank, g.size),
+                      e = chunk_bound<T>(data.size(), g.rank + 1, g.size);
+    reduce_into_members<T>(rv, g, b, e - b, op);
     rv.arrive_and_wait(c.kind);  // nobody returns while a peer still writes its buffer
   }
 
@@ -557,10 +562,7 @@ class thread_device_core : public basic_device<thread_device_core> {
     }
     // Chunk `rank` of the concatenation (64-byte multiples), part by part,
     // reduced and written back into every member's parts.
-    const auto n = static_cast<std::int64_t>(total);
-    const std::int64_t align = std::max<std::int64_t>(1, 64 / static_cast<std::int64_t>(sizeof(T)));
-    const auto bound = [&](std::int64_t k) { return k >= g.size ? n : n * k / g.size / align * align; };
-    const auto b = static_cast<std::size_t>(bound(g.rank)), e = static_cast<std::size_t>(bound(g.rank + 1));
+    const std::size_t b = chunk_bound<T>(total, g.rank, g.size), e = chunk_bound<T>(total, g.rank + 1, g.size);
     std::size_t start = 0;
     for (std::size_t p = 0; p < parts.size() && start < e; start += parts[p].size(), ++p) {
       const std::size_t from = std::max(b, start), to = std::min(e, start + parts[p].size());
