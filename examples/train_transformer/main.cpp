@@ -55,8 +55,8 @@ using namespace train_transformer;
 static_assert(Dense::block::forward_collectives() == 0);
 static_assert(model<Tp>::block::forward_collectives() == 2);
 static_assert(model<Sp>::block::forward_collectives() == 4);
-static_assert(collectives_per_step<Tp>() == 36);
-static_assert(collectives_per_step<Sp>() == 76);
+static_assert(collectives_per_step<Tp>() == 28);
+static_assert(collectives_per_step<Sp>() == 68);
 
 #if defined(XSHARD_WITH_HDF5)
 /// The initial parameters and the first training batches, for the PyTorch

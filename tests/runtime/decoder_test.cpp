@@ -175,15 +175,20 @@ static_assert(SpBlock::forward_plan()[0].collectives[0].kind == xshard::collecti
 static_assert(SpBlock::forward_plan()[1].collectives[0].kind == xshard::collective_kind::reduce_scatter);
 // Backward: the model all-reduces of the input gradients, then the data
 // all-reduces of the parameter gradients as one all_reduce_many per axis
-// set at the end (tensor parallel: 4 + 1; sequence parallel: the two
+// set at the end (tensor parallel: 2 + 1, where q, k and v, the three
+// readers of the normed input, sum their partial gradients before one
+// all-reduce at the norm's constrain; sequence parallel: the two
 // projections whose gradient is gathered first keep their own reduce over
 // data, and the deferred ones form two sets, over {data, model} and over
 // {data}); sequence parallel gathers the gradient after each reduce-scatter
 // (once per operand) and needs no all-to-all.
-static_assert(TpBlock::backward_collectives() == 5 && SpBlock::backward_collectives() == 12);
-static_assert(TpBlock::backward_plan()[4].node == xshard::graph::no_node &&
-              TpBlock::backward_plan()[4].collectives.size() == 1 &&
-              TpBlock::backward_plan()[4].collectives[0].axes == 0b01);
+static_assert(TpBlock::backward_collectives() == 3 && SpBlock::backward_collectives() == 10);
+static_assert(TpBlock::backward_plan()[2].node == xshard::graph::no_node &&
+              TpBlock::backward_plan()[2].collectives.size() == 1 &&
+              TpBlock::backward_plan()[2].collectives[0].axes == 0b01);
+static_assert(std::string_view(TpBlock::backward_plan()[1].op) == "constrain" &&
+              TpBlock::backward_plan()[1].collectives.size() == 1 &&
+              TpBlock::backward_plan()[1].collectives[0].axes == 0b10);
 static_assert([] {
   for (const auto& node : SpBlock::backward_plan())
     for (const auto& c : node.collectives)

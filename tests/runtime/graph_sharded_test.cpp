@@ -419,3 +419,105 @@ TEST(GraphSharded, DivisionByARank1OperandAndBetweenValuesOfOneLayout) {
 }
 
 }  // namespace
+
+namespace {
+
+// Two readers of one node whose gradients are partial over model (q and k
+// of a replicated input, as a decoder's q, k and v of its normed input):
+// their partial blocks are summed in the node's gradient, and one
+// all-reduce over model runs on the sum (the node's own backward entry)
+// instead of one per reader.
+template <class X, class Q, class K, class O>
+auto two_readers(X x, Q wq, K wk, O wo) {
+  auto n = g::tanh(x);                           // node 1: read by q and k
+  auto q = g::einsum<"bd,fd->bf">(n, wq);        // column parallel
+  auto k = g::einsum<"bd,fd->bf">(n, wk);        // column parallel
+  return x + g::einsum<"bf,fd->bd">(q * k, wo);  // row parallel
+}
+struct two_readers_def {
+  using M = xshard::mesh<"data=2, model=2">;
+  using input = xshard::sharded<double, 2, M, xshard::spec<"data, None">>;  // [b, d]
+  using W = xshard::sharded<double, 2, M, xshard::spec<"model, None">>;     // [f, d]
+  using params = std::tuple<W, W, W>;
+  static constexpr std::array<std::string_view, 3> param_names{"w_q", "w_k", "w_o"};
+  template <class X, class W1, class W2, class W3>
+  static auto forward(X x, W1 wq, W2 wk, W3 wo) {
+    return two_readers(x, wq, wk, wo);
+  }
+};
+struct two_readers_plain_def {
+  using input = xt::xtensor<double, 2>;
+  using W = xt::xtensor<double, 2>;
+  using params = std::tuple<W, W, W>;
+  static constexpr std::array<std::string_view, 3> param_names{"w_q", "w_k", "w_o"};
+  template <class X, class W1, class W2, class W3>
+  static auto forward(X x, W1 wq, W2 wk, W3 wo) {
+    return two_readers(x, wq, wk, wo);
+  }
+};
+
+using TwoReaders = g::layer<two_readers_def>;
+// The backward plan: node 1's (tanh's) summed all-reduce over model, the
+// only collective over model; the parameters' gradients over data at the
+// end. Before the readers summed first: two all-reduces over model.
+constexpr std::size_t model_all_reduces(const auto& plan) {
+  std::size_t n = 0;
+  for (const auto& node : plan)
+    for (const auto& c : node.collectives) n += c.kind == xshard::collective_kind::all_reduce && c.axes == 0b10;
+  return n;
+}
+static_assert(model_all_reduces(TwoReaders::backward_plan()) == 1);
+static_assert([] {
+  for (const auto& node : TwoReaders::backward_plan())
+    if (node.node == 1)
+      return node.collectives.size() == 1 && node.collectives[0].kind == xshard::collective_kind::all_reduce &&
+             node.collectives[0].axes == 0b10;
+  return false;
+}());
+static_assert(TwoReaders::backward_plan().back().node == xshard::graph::no_node);
+// Without the input gradient node 1 gets none (it depends on no
+// parameter), so its all-reduce is not run.
+static_assert(TwoReaders::backward_collectives_params_only() + 1 == TwoReaders::backward_collectives());
+
+template <std::size_t Batch>
+void expect_two_readers_equal_one_device() {
+  using L = TwoReaders;
+  using P = g::layer<two_readers_plain_def>;
+  xt::random::seed(31);
+  const xt::xtensor<double, 2> x = randn<double, 2>({Batch, 3}), gy = randn<double, 2>({Batch, 3});
+  const xt::xtensor<double, 2> wq = randn<double, 2>({4, 3}), wk = randn<double, 2>({4, 3}),
+                               wo = randn<double, 2>({4, 3});
+  const auto one = P{}.forward(std::tuple{wq, wk, wo}, x);
+  const auto one_grads = P{}.vjp(std::tuple{wq, wk, wo}, one.second, gy);
+  xshard::thread_mesh<two_readers_def::M> mesh;
+  mesh.run([&](auto& dev) {
+    using S = xshard::spec<"model, None">;
+    const L::params p{xshard::distribute<S>(dev, wq), xshard::distribute<S>(dev, wk), xshard::distribute<S>(dev, wo)};
+    const auto xs = xshard::distribute<xshard::spec<"data, None">>(dev, x);
+    const auto fwd = L{}.forward(p, xs);
+    const auto gys = xshard::distribute<xshard::spec<"data, None">>(dev, gy);
+    dev.reset_counters();
+    const auto grads = L{}.vjp(p, fwd.second, gys);
+    // An odd batch splits unevenly over data: node 1's gradient blocks
+    // are padded, so each reader's contribution is reduced at once (one
+    // all-reduce over model more than planned; the weights' gradients,
+    // split evenly, still wait for the end).
+    const std::int64_t immediate = Batch % 2 == 0 ? 0 : 1;
+    EXPECT_EQ(dev.counters().total_calls(), static_cast<std::int64_t>(L::backward_collectives()) + immediate);
+    EXPECT_LT(max_diff(xshard::gather(grads.second), one_grads.second), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(std::get<0>(grads.first)), std::get<0>(one_grads.first)), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(std::get<1>(grads.first)), std::get<1>(one_grads.first)), 1e-12);
+    EXPECT_LT(max_diff(xshard::gather(std::get<2>(grads.first)), std::get<2>(one_grads.first)), 1e-12);
+    dev.reset_counters();
+    const auto only = L{}.vjp_params(p, fwd.second, gys);
+    EXPECT_EQ(dev.counters().total_calls(), static_cast<std::int64_t>(L::backward_collectives_params_only()));
+    expect_same_blocks(only, grads.first);
+  });
+}
+
+TEST(GraphSharded, ReadersOfOneNodeSumTheirPartialGradientsBeforeOneAllReduce) {
+  expect_two_readers_equal_one_device<6>();
+}
+TEST(GraphSharded, ReadersOfOneNodeSplitUnevenlyReduceAtOnce) { expect_two_readers_equal_one_device<5>(); }
+
+}  // namespace

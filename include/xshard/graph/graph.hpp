@@ -637,6 +637,27 @@ class deferred_reduces {
       if (items_[i].data.data() != data || items_[i].data.size() != count)
         throw error("xshard::graph: internal error: a deferred all-reduce is not of the gradient's block");
   }
+  /// Whether an all-reduce of the buffer at `data` waits.
+  bool holds(const T* data) const {
+    for (std::size_t i = 0; i < sink_.count; ++i)
+      if (items_[i].data.data() == data) return true;
+    return false;
+  }
+  /// Forgets the all-reduces recorded since `before` (a contribution
+  /// summed, partial, into a gradient whose all-reduce waits).
+  void drop(std::size_t before) { sink_.count = before; }
+  /// Runs the waiting all-reduce of the buffer at `data`, if any (a
+  /// summed gradient, before its node's backward reads it).
+  void run_one(const T* data) {
+    for (std::size_t i = 0; i < sink_.count; ++i) {
+      if (items_[i].data.data() != data) continue;
+      const ::xshard::detail::deferred_all_reduce<T> d = items_[i];
+      for (std::size_t j = i + 1; j < sink_.count; ++j) items_[j - 1] = items_[j];
+      --sink_.count;
+      d.dev.all_reduce(d.dev.device, d.data, d.op, d.axes);
+      return;
+    }
+  }
   /// The recorded all-reduces, one all_reduce_many per axis set (and
   /// reduce op), in the order each first appears.
   void run() {
@@ -927,8 +948,10 @@ struct program {
     // The declared output may name size-1 mesh axes; a gy handed over is moved, not copied.
     std::get<size - 1>(ct).emplace(as_type<root_ct>(std::forward<G>(gy)));
     scopes_t scopes;
+    // Room for every deferred parameter gradient, every summed gradient and
+    // the contribution being summed.
     detail::deferred_reduces<std::conditional_t<std::is_void_v<deferred_value_t>, float, deferred_value_t>,
-                             deferred_count()>
+                             deferred_count() + (summed_count() != 0 ? summed_count() + 1 : 0)>
         deferred;
     [&]<std::size_t... J>(std::index_sequence<J...>) {
       (
@@ -937,6 +960,8 @@ struct program {
             if constexpr (has_scopes)
               if (!g[i].trace.empty())
                 scopes[i].emplace(g[i].trace, std::initializer_list<trace_arg_view>{{"pass", "backward"}});
+            if constexpr (summed_reduce_axes<i>() != 0)
+              if (const auto& gi = std::get<i>(ct)) deferred.run_one(gi->local().data());  // its contributions summed
             pullback<i, Input>(v, ct, deferred);
             close_scopes_from(scopes, i);
           }(),
@@ -1004,6 +1029,25 @@ struct program {
       auto r = deferred.capture(vjp);
       accumulate(to, std::move(r));
       deferred.check_moved(before, to->local().data(), to->local().size());
+    } else if constexpr (sums_before_reduce<I, K>()) {
+      // The contribution's all-reduce is recorded, not run. The first
+      // contribution's block becomes the gradient, whose recorded all-reduce
+      // runs once every reader has added its partial block into it (before
+      // node o's own backward); a later one's record is dropped. A gradient
+      // split unevenly records nothing: each contribution reduced at once.
+      const std::size_t before = deferred.recorded();
+      auto r = deferred.capture(vjp);
+      const bool recorded = deferred.recorded() != before;
+      if (!to) {
+        accumulate(to, std::move(r));
+        deferred.check_moved(before, to->local().data(), to->local().size());
+        return;
+      }
+      deferred.check_moved(before, r.local().data(), r.local().size());
+      if (recorded != deferred.holds(to->local().data()))
+        throw error("xshard::graph: internal error: a gradient summed from partial and reduced contributions");
+      deferred.drop(before);
+      accumulate(to, std::move(r));
     } else {
       accumulate(to, vjp());
     }
@@ -1034,33 +1078,121 @@ struct program {
   /// are padded), so its layer's counters differ from the plan.
   template <std::size_t I, std::size_t K>
   static consteval bool defers_reduce() {
+    if constexpr (g[I].kind == op_kind::leaf) {
+      return false;
+    } else {
+      constexpr std::size_t o = g[I].operands[K];
+      if constexpr (g[o].kind != op_kind::leaf || g[o].leaf == 0 || uses_of(o) != 1)
+        return false;
+      else
+        return reduces_last<I, K>();
+    }
+  }
+  /// Whether node I's rule runs operand K's one backward collective, the
+  /// all-reduce of the gradient's partial sums, last and in place on the
+  /// block vjp<K> returns (reduces_gradient_last), on a sharded gradient
+  /// of the deferred element type.
+  template <std::size_t I, std::size_t K>
+  static consteval bool reduces_last() {
     if constexpr (g[I].kind == op_kind::leaf || std::is_void_v<deferred_value_t>) {
       return false;
     } else {
       constexpr std::size_t o = g[I].operands[K];
-      if constexpr (g[o].kind != op_kind::leaf || g[o].leaf == 0 || uses_of(o) != 1) {
-        return false;
-      } else {
-        return [&]<std::size_t... J>(std::index_sequence<J...>) {
-          using Y = value_t<node_t<I>, Decl>;
-          using Rule = rule<op_t<I>>;
-          using P = std::remove_cvref_t<value_t<node_t<o>, Decl>>;
-          if constexpr (requires {
-                          Rule::template reduces_gradient_last<K, Y, value_t<node_t<g[I].operands[J]>, Decl>...>();
-                        }) {
-            if constexpr (Sharded<P>)
-              return std::is_same_v<typename P::value_type, deferred_value_t> &&
-                     Rule::template reduces_gradient_last<K, Y, value_t<node_t<g[I].operands[J]>, Decl>...>();
-            else
-              return false;
-          } else {
+      return [&]<std::size_t... J>(std::index_sequence<J...>) {
+        using Y = value_t<node_t<I>, Decl>;
+        using Rule = rule<op_t<I>>;
+        using P = std::remove_cvref_t<value_t<node_t<o>, Decl>>;
+        if constexpr (requires {
+                        Rule::template reduces_gradient_last<K, Y, value_t<node_t<g[I].operands[J]>, Decl>...>();
+                      }) {
+          if constexpr (Sharded<P>)
+            return std::is_same_v<typename P::value_type, deferred_value_t> &&
+                   Rule::template reduces_gradient_last<K, Y, value_t<node_t<g[I].operands[J]>, Decl>...>();
+          else
             return false;
-          }
+        } else {
+          return false;
         }
-        (std::make_index_sequence<g[I].arity>{});
+      }
+      (std::make_index_sequence<g[I].arity>{});
+    }
+  }
+  /// The axes over which node o's gradient is reduced once, after its
+  /// contributions are summed (0: not so). A node read several times, every
+  /// reader's contribution partial over the same axes and reduced last in
+  /// place (reduces_last: q, k and v all read a decoder's normed input):
+  /// each contribution's all-reduce is recorded, the partial blocks are
+  /// summed in o's gradient slot, and one all-reduce runs on the sum before
+  /// o's own backward (node o's entry of the backward plan): one collective
+  /// instead of one per reader, over a third of the data for three. A sum of
+  /// partial sums reduced once: the same value as the reduced
+  /// contributions summed, not the same rounding.
+  template <std::size_t o>
+  static consteval axis_set summed_reduce_axes() {
+    if constexpr (g[o].kind == op_kind::leaf || uses_of(o) < 2) {
+      return 0;
+    } else {
+      const reader_reduces r = readers_of<o>(std::make_index_sequence<size>{});
+      return r.every ? r.axes : 0;
+    }
+  }
+  /// What summed_reduce_axes gathers from node o's readers (plain
+  /// consteval functions: a lambda would not be an immediate context).
+  struct reader_reduces {
+    bool every = true;
+    axis_set axes = 0;
+  };
+  template <std::size_t o, std::size_t... I>
+  static consteval reader_reduces readers_of(std::index_sequence<I...>) {
+    reader_reduces r;
+    (reader_node<o, I>(r), ...);
+    return r;
+  }
+  template <std::size_t o, std::size_t I>
+  static consteval void reader_node(reader_reduces& r) {
+    if constexpr (g[I].kind != op_kind::leaf) reader_operands<o, I>(r, std::make_index_sequence<g[I].arity>{});
+  }
+  template <std::size_t o, std::size_t I, std::size_t... K>
+  static consteval void reader_operands(reader_reduces& r, std::index_sequence<K...>) {
+    (reader_operand<o, I, K>(r), ...);
+  }
+  template <std::size_t o, std::size_t I, std::size_t K>
+  static consteval void reader_operand(reader_reduces& r) {
+    if constexpr (g[I].operands[K] == o) {
+      if constexpr (reduces_last<I, K>()) {
+        constexpr node_collectives c = operand_collectives_of<I, K>();
+        if (c.size() != 1 || (r.axes != 0 && c[0].axes != r.axes)) r.every = false;
+        if (c.size() == 1) r.axes = c[0].axes;
+      } else {
+        r.every = false;
       }
     }
   }
+  /// Whether operand K of node I gets a contribution that is summed with
+  /// the others, partial, and reduced once (summed_reduce_axes).
+  template <std::size_t I, std::size_t K>
+  static consteval bool sums_before_reduce() {
+    if constexpr (g[I].kind == op_kind::leaf)
+      return false;
+    else
+      return summed_reduce_axes<g[I].operands[K]>() != 0;
+  }
+  /// How many nodes sum their contributions before one all-reduce.
+  static consteval std::size_t summed_count() {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (std::size_t{0} + ... + std::size_t{summed_reduce_axes<I>() != 0});
+    }
+    (std::make_index_sequence<size>{});
+  }
+  /// Node o's summed all-reduce, in the backward plan.
+  template <std::size_t o>
+  static consteval node_collectives summed_collectives_of() {
+    node_collectives r;
+    if constexpr (summed_reduce_axes<o>() != 0)
+      detail::append(r, std::array{planned_collective{collective_kind::all_reduce, summed_reduce_axes<o>(), -1}});
+    return r;
+  }
+
   /// How many of node I's operands defer their gradient's all-reduce.
   template <std::size_t I>
   static consteval std::size_t deferred_of() {
@@ -1075,6 +1207,14 @@ struct program {
   template <std::size_t I>
   static consteval bool defers_any() {
     return deferred_of<I>() != 0;
+  }
+  template <std::size_t I>
+  static consteval bool sums_any() {
+    if constexpr (g[I].kind == op_kind::leaf)
+      return false;
+    else
+      return [&]<std::size_t... K>(std::index_sequence<K...>) { return (false || ... || sums_before_reduce<I, K>()); }
+    (std::make_index_sequence<g[I].arity>{});
   }
   /// The axis sets of the deferred all-reduces, each once, in the order
   /// the backward first records one (nodes last to first, a node's
@@ -1157,24 +1297,34 @@ struct program {
     }
     (std::make_index_sequence<g[I].arity>{});
   }
-  /// Node I's backward collectives but the deferred ones (defers_reduce),
-  /// which the pass runs at its end.
+  /// Node I's backward collectives: first the summed all-reduce of its
+  /// own gradient (summed_reduce_axes), then its rule's (rule_kept_...).
   template <std::size_t I>
   static consteval node_collectives kept_backward_collectives_of() {
-    if constexpr (!defers_any<I>()) {
-      return collectives_of<true, I>();
+    node_collectives r = summed_collectives_of<I>();
+    detail::append(r, rule_kept_collectives_of<I>());
+    return r;
+  }
+  /// Node I's rule's backward collectives but the deferred ones
+  /// (defers_reduce, which the pass runs at its end) and those of
+  /// contributions summed before one all-reduce (sums_before_reduce).
+  template <std::size_t I>
+  static consteval node_collectives rule_kept_collectives_of() {
+    node_collectives r;
+    if constexpr (!defers_any<I>() && !sums_any<I>()) {
+      detail::append(r, collectives_of<true, I>());
     } else {
-      node_collectives r;
       [&]<std::size_t... K>(std::index_sequence<K...>) {
         (
             [&] {
-              if constexpr (!defers_reduce<I, K>()) detail::append(r, operand_collectives_of<I, K>());
+              if constexpr (!defers_reduce<I, K>() && !sums_before_reduce<I, K>())
+                detail::append(r, operand_collectives_of<I, K>());
             }(),
             ...);
       }
       (std::make_index_sequence<g[I].arity>{});
-      return r;
     }
+    return r;
   }
   /// The backward's last step: one all-reduce per deferred axis set (none
   /// when nothing is deferred).
@@ -1194,6 +1344,19 @@ struct program {
   static consteval node_collectives params_only_collectives_of() {
     if constexpr (g[I].kind == op_kind::leaf || !param_dependent[I]) {
       return {};
+    } else if constexpr (summed_reduce_axes<I>() != 0) {
+      node_collectives r = summed_collectives_of<I>();
+      detail::append(r, params_only_operand_collectives_of<I>());
+      return r;
+    } else {
+      return params_only_operand_collectives_of<I>();
+    }
+  }
+  /// params_only_collectives_of but node I's summed all-reduce.
+  template <std::size_t I>
+  static consteval node_collectives params_only_operand_collectives_of() {
+    if constexpr (g[I].kind == op_kind::leaf) {
+      return {};
     } else {
       constexpr bool every = [] {
         for (std::size_t k = 0; k < g[I].arity; ++k)
@@ -1201,7 +1364,7 @@ struct program {
         return true;
       }();
       if constexpr (every) {
-        return kept_backward_collectives_of<I>();
+        return rule_kept_collectives_of<I>();
       } else {
         return [&]<std::size_t... K>(std::index_sequence<K...>) {
           using Y = value_t<node_t<I>, Decl>;
@@ -1210,7 +1373,8 @@ struct program {
             node_collectives r;
             (
                 [&] {
-                  if constexpr (param_dependent[g[I].operands[K]] && !defers_reduce<I, K>())
+                  if constexpr (param_dependent[g[I].operands[K]] && !defers_reduce<I, K>() &&
+                                !sums_before_reduce<I, K>())
                     detail::append(
                         r, Rule::template backward_collectives_of<K, Y, value_t<node_t<g[I].operands[K]>, Decl>...>());
                 }(),
