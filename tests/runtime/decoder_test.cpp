@@ -177,7 +177,8 @@ static_assert(SpBlock::forward_plan()[1].collectives[0].kind == xshard::collecti
 // all-reduces of the parameter gradients as one all_reduce_many per axis
 // set at the end (tensor parallel: 2 + 1, where q, k and v, the three
 // readers of the normed input, sum their partial gradients before one
-// all-reduce at the norm's constrain; sequence parallel: the two
+// all-reduce at the norm's constrain, and the MLP's first projection's
+// gradient is reduced at its constrain too; sequence parallel: the two
 // projections whose gradient is gathered first keep their own reduce over
 // data, and the deferred ones form two sets, over {data, model} and over
 // {data}); sequence parallel gathers the gradient after each reduce-scatter
@@ -186,9 +187,21 @@ static_assert(TpBlock::backward_collectives() == 3 && SpBlock::backward_collecti
 static_assert(TpBlock::backward_plan()[2].node == xshard::graph::no_node &&
               TpBlock::backward_plan()[2].collectives.size() == 1 &&
               TpBlock::backward_plan()[2].collectives[0].axes == 0b01);
-static_assert(std::string_view(TpBlock::backward_plan()[1].op) == "constrain" &&
-              TpBlock::backward_plan()[1].collectives.size() == 1 &&
-              TpBlock::backward_plan()[1].collectives[0].axes == 0b10);
+// The two norms' constrains reduce their readers' summed partial
+// gradients: an all-reduce over model in tp, where the normed input is
+// laid out as the block's input; a reduce-scatter over model in sp, where
+// the block's input splits the sequence over model (not an all-reduce and
+// a slice).
+template <class Block, xshard::collective_kind Kind>
+constexpr bool constrains_reduce() {
+  std::size_t n = 0;
+  for (const auto& node : Block::backward_plan())
+    if (node.op == "constrain")
+      n += node.collectives.size() == 1 && node.collectives[0].kind == Kind && node.collectives[0].axes == 0b10;
+  return n == 2;
+}
+static_assert(constrains_reduce<TpBlock, xshard::collective_kind::all_reduce>());
+static_assert(constrains_reduce<SpBlock, xshard::collective_kind::reduce_scatter>());
 static_assert([] {
   for (const auto& node : SpBlock::backward_plan())
     for (const auto& c : node.collectives)

@@ -236,10 +236,20 @@ TEST(GraphSharded, SequenceParallelBlockAllGathersAndReduceScatters) {
   static_assert(L::forward_collectives() == 2);
   // The backward: g all-gathered back to the einsum_to's layout once per
   // operand's vjp (2), W2's gradient all-reduced over data, the gathered
-  // input's gradient all-reduced over model and W1's over data. Without the
-  // input gradient the all-reduce over model is not run (the constrain's
-  // backward is a local slice either way).
+  // input's gradient, partial over model, reduce-scattered over the
+  // sequence by the constrain (not all-reduced by the einsum and sliced by
+  // the constrain), and W1's all-reduced over data. Without the input
+  // gradient the reduce-scatter is not run.
   static_assert(L::backward_collectives() == 5 && L::backward_collectives_params_only() == 4);
+  static_assert([] {
+    std::size_t scatters = 0;
+    for (const auto& node : L::backward_plan())
+      for (const auto& c : node.collectives) {
+        if (c.kind == xshard::collective_kind::all_reduce && c.axes == 0b10) return false;
+        scatters += c.kind == xshard::collective_kind::reduce_scatter && c.axes == 0b10 && node.op == "constrain";
+      }
+    return scatters == 1;
+  }());
   xt::random::seed(15);
   const xt::xtensor<double, 3> x = randn<double, 3>({2, 4, 3}), gy = randn<double, 3>({2, 4, 3});
   const xt::xtensor<double, 2> w1 = randn<double, 2>({6, 3}), w2 = randn<double, 2>({3, 6});

@@ -649,15 +649,25 @@ class deferred_reduces {
   /// Runs the waiting all-reduce of the buffer at `data`, if any (a
   /// summed gradient, before its node's backward reads it).
   void run_one(const T* data) {
+    if (const auto d = take(data)) d->dev.all_reduce(d->dev.device, d->data, d->op, d->axes);
+  }
+  /// Whether an all-reduce of the buffer at `data` waited; it no longer
+  /// does (the node's backward reduces the partial sums itself).
+  bool forget(const T* data) { return take(data).has_value(); }
+
+ private:
+  std::optional<::xshard::detail::deferred_all_reduce<T>> take(const T* data) {
     for (std::size_t i = 0; i < sink_.count; ++i) {
       if (items_[i].data.data() != data) continue;
       const ::xshard::detail::deferred_all_reduce<T> d = items_[i];
       for (std::size_t j = i + 1; j < sink_.count; ++j) items_[j - 1] = items_[j];
       --sink_.count;
-      d.dev.all_reduce(d.dev.device, d.data, d.op, d.axes);
-      return;
+      return d;
     }
+    return std::nullopt;
   }
+
+ public:
   /// The recorded all-reduces, one all_reduce_many per axis set (and
   /// reduce op), in the order each first appears.
   void run() {
@@ -960,9 +970,17 @@ struct program {
             if constexpr (has_scopes)
               if (!g[i].trace.empty())
                 scopes[i].emplace(g[i].trace, std::initializer_list<trace_arg_view>{{"pass", "backward"}});
+            // Its readers' partial gradients summed: reduced now, or by its
+            // own backward (absorbs_partial), if their reduction waits.
+            bool partial = false;
             if constexpr (summed_reduce_axes<i>() != 0)
-              if (const auto& gi = std::get<i>(ct)) deferred.run_one(gi->local().data());  // its contributions summed
-            pullback<i, Input>(v, ct, deferred);
+              if (const auto& gi = std::get<i>(ct)) {
+                if constexpr (absorbs_partial<i>())
+                  partial = deferred.forget(gi->local().data());
+                else
+                  deferred.run_one(gi->local().data());
+              }
+            pullback<i, Input>(v, ct, deferred, partial);
             close_scopes_from(scopes, i);
           }(),
           ...);
@@ -974,7 +992,7 @@ struct program {
   }
 
   template <std::size_t I, bool Input, class V, class CT, class D>
-  static void pullback(const V& v, CT& ct, D& deferred) {
+  static void pullback(const V& v, CT& ct, D& deferred, bool partial) {
     if constexpr (g[I].kind != op_kind::leaf) {
       auto& gi = std::get<I>(ct);
       if (!gi) return;
@@ -990,7 +1008,7 @@ struct program {
          ...);
         // Operands last to first; the first gets the cotangent itself.
         try {
-          (contribute<I, g[I].arity - 1 - K, Input>(ct, c, *gi, deferred), ...);
+          (contribute<I, g[I].arity - 1 - K, Input>(ct, c, *gi, deferred, partial), ...);
         } catch (const error& e) {
           throw error(std::string(e.what()) + " (" + node_context(I, g[I]) + ", backward)");
         }
@@ -1004,9 +1022,14 @@ struct program {
   static constexpr node_set<size> param_dependent = depends_on_params(g);
 
   template <std::size_t I, std::size_t K, bool Input, class CT, class C, class G, class D>
-  static void contribute(CT& ct, const C& c, G& gi, D& deferred) {
+  static void contribute(CT& ct, const C& c, G& gi, D& deferred, bool partial) {
     if constexpr (!Input && !param_dependent[g[I].operands[K]]) return;  // feeds only the input's gradient
     auto& to = std::get<g[I].operands[K]>(ct);
+    if constexpr (K == 0 && absorbs_partial<I>() && summed_reduce_axes<I>() != 0)
+      if (partial) {  // gi holds partial sums: the rule reduces them on the way to the operand's layout
+        accumulate(to, rule<op_t<I>>::template vjp_partial<summed_reduce_axes<I>()>(std::move(gi), c));
+        return;
+      }
     const auto vjp = [&] {
       if constexpr (K == 0)
         return rule<op_t<I>>::template vjp<K>(std::move(gi), c);
@@ -1124,12 +1147,14 @@ struct program {
   /// each contribution's all-reduce is recorded, the partial blocks are
   /// summed in o's gradient slot, and one all-reduce runs on the sum before
   /// o's own backward (node o's entry of the backward plan): one collective
-  /// instead of one per reader, over a third of the data for three. A sum of
+  /// instead of one per reader, over a third of the data for three. A node
+  /// whose rule reduces partial sums itself (absorbs_partial: a constrain)
+  /// is handed even one reader's partial gradient. A sum of
   /// partial sums reduced once: the same value as the reduced
   /// contributions summed, not the same rounding.
   template <std::size_t o>
   static consteval axis_set summed_reduce_axes() {
-    if constexpr (g[o].kind == op_kind::leaf || uses_of(o) < 2) {
+    if constexpr (g[o].kind == op_kind::leaf || uses_of(o) < (absorbs_partial<o>() ? 1 : 2)) {
       return 0;
     } else {
       const reader_reduces r = readers_of<o>(std::make_index_sequence<size>{});
@@ -1184,12 +1209,36 @@ struct program {
     }
     (std::make_index_sequence<size>{});
   }
-  /// Node o's summed all-reduce, in the backward plan.
+  /// Whether node o's rule takes its gradient holding partial sums and
+  /// reduces them on the way to its operand's layout (a constrain: a
+  /// reduce-scatter where its operand splits a dim over those axes). Such a
+  /// node sums even a single reader's partial gradient (summed_reduce_axes).
+  template <std::size_t o>
+  static consteval bool absorbs_partial() {
+    if constexpr (g[o].kind == op_kind::leaf || g[o].arity != 1) {
+      return false;
+    } else {
+      using Rule = rule<op_t<o>>;
+      if constexpr (requires { Rule::takes_partial_gradient; })
+        return Sharded<std::remove_cvref_t<value_t<node_t<g[o].operands[0]>, Decl>>>;
+      else
+        return false;
+    }
+  }
+  /// Node o's summed reduction, in the backward plan: an all-reduce, or
+  /// what its rule runs on the partial gradient (absorbs_partial), which
+  /// then replaces the rule's own backward collectives.
   template <std::size_t o>
   static consteval node_collectives summed_collectives_of() {
     node_collectives r;
-    if constexpr (summed_reduce_axes<o>() != 0)
-      detail::append(r, std::array{planned_collective{collective_kind::all_reduce, summed_reduce_axes<o>(), -1}});
+    if constexpr (summed_reduce_axes<o>() != 0) {
+      if constexpr (absorbs_partial<o>())
+        detail::append(
+            r, rule<op_t<o>>::template backward_collectives_partial<summed_reduce_axes<o>(), value_t<node_t<o>, Decl>,
+                                                                    value_t<node_t<g[o].operands[0]>, Decl>>());
+      else
+        detail::append(r, std::array{planned_collective{collective_kind::all_reduce, summed_reduce_axes<o>(), -1}});
+    }
     return r;
   }
 
@@ -1302,7 +1351,8 @@ struct program {
   template <std::size_t I>
   static consteval node_collectives kept_backward_collectives_of() {
     node_collectives r = summed_collectives_of<I>();
-    detail::append(r, rule_kept_collectives_of<I>());
+    if constexpr (summed_reduce_axes<I>() == 0 || !absorbs_partial<I>())
+      detail::append(r, rule_kept_collectives_of<I>());
     return r;
   }
   /// Node I's rule's backward collectives but the deferred ones
@@ -1344,6 +1394,11 @@ struct program {
   static consteval node_collectives params_only_collectives_of() {
     if constexpr (g[I].kind == op_kind::leaf || !param_dependent[I]) {
       return {};
+    } else if constexpr (summed_reduce_axes<I>() != 0 && absorbs_partial<I>()) {
+      if constexpr (param_dependent[g[I].operands[0]])
+        return summed_collectives_of<I>();
+      else
+        return {};  // its vjp, which reduces, is not run
     } else if constexpr (summed_reduce_axes<I>() != 0) {
       node_collectives r = summed_collectives_of<I>();
       detail::append(r, params_only_operand_collectives_of<I>());

@@ -1814,6 +1814,26 @@ struct rule<constrain_op<S>> {
       return {};
     }
   }
+  /// The gradient handed over still holding partial sums over axes P (the
+  /// graph sums its readers' partial gradients and lets this node reduce
+  /// them, program::summed_reduce_axes): one redistribution to the
+  /// operand's layout, which reduce-scatters where the operand splits a dim
+  /// over P (sequence parallelism's gathered input) instead of an
+  /// all-reduce and a slice, and all-reduces otherwise.
+  static constexpr bool takes_partial_gradient = true;
+  template <axis_set P, class Y>
+  using partial_t = sharded<typename std::remove_cvref_t<Y>::value_type, std::remove_cvref_t<Y>::rank,
+                            typename std::remove_cvref_t<Y>::mesh_type, typename std::remove_cvref_t<Y>::spec_type, P>;
+  template <axis_set P, class G, class Y, class A>
+  static auto vjp_partial(G&& g, const vjp_context<Y, A>&) {
+    static_assert(std::is_rvalue_reference_v<G&&> && !std::is_const_v<std::remove_reference_t<G>>);
+    partial_t<P, G> pg(g.device(), g.global_shape(), std::move(g.local()));
+    return ::xshard::constrain<typename std::remove_cvref_t<A>::spec_type>(std::move(pg));
+  }
+  template <axis_set P, class Y, class A>
+  static consteval node_collectives backward_collectives_partial() {
+    return detail::collectives_of(redistribute_plan<partial_t<P, Y>, typename std::remove_cvref_t<A>::spec_type>(), -1);
+  }
 };
 
 /// A named or traced value is its op's.
