@@ -638,11 +638,7 @@ class deferred_reduces {
         throw error("xshard::graph: internal error: a deferred all-reduce is not of the gradient's block");
   }
   /// Whether an all-reduce of the buffer at `data` waits.
-  bool holds(const T* data) const {
-    for (std::size_t i = 0; i < sink_.count; ++i)
-      if (items_[i].data.data() == data) return true;
-    return false;
-  }
+  bool holds(const T* data) const { return find(data) != sink_.count; }
   /// Forgets the all-reduces recorded since `before` (a contribution
   /// summed, partial, into a gradient whose all-reduce waits).
   void drop(std::size_t before) { sink_.count = before; }
@@ -656,15 +652,20 @@ class deferred_reduces {
   bool forget(const T* data) { return take(data).has_value(); }
 
  private:
+  /// The index of the waiting all-reduce of the buffer at `data`
+  /// (recorded(): none waits).
+  std::size_t find(const T* data) const {
+    std::size_t i = 0;
+    while (i < sink_.count && items_[i].data.data() != data) ++i;
+    return i;
+  }
   std::optional<::xshard::detail::deferred_all_reduce<T>> take(const T* data) {
-    for (std::size_t i = 0; i < sink_.count; ++i) {
-      if (items_[i].data.data() != data) continue;
-      const ::xshard::detail::deferred_all_reduce<T> d = items_[i];
-      for (std::size_t j = i + 1; j < sink_.count; ++j) items_[j - 1] = items_[j];
-      --sink_.count;
-      return d;
-    }
-    return std::nullopt;
+    const std::size_t i = find(data);
+    if (i == sink_.count) return std::nullopt;
+    const ::xshard::detail::deferred_all_reduce<T> d = items_[i];
+    for (std::size_t j = i + 1; j < sink_.count; ++j) items_[j - 1] = items_[j];
+    --sink_.count;
+    return d;
   }
 
  public:
