@@ -501,14 +501,18 @@ static_assert(TwoReaders::backward_plan().back().node == xshard::graph::no_node)
 // parameter), so its all-reduce is not run.
 static_assert(TwoReaders::backward_collectives_params_only() + 1 == TwoReaders::backward_collectives());
 
+/// Batch rows over data and a hidden width `hidden` over model (odd: the
+/// weights split unevenly, their gradients all-reduced at once, three calls
+/// instead of the one all_reduce_many at the end).
 template <std::size_t Batch>
-void expect_two_readers_equal_one_device() {
+void expect_two_readers_equal_one_device(std::size_t hidden = 4) {
   using L = TwoReaders;
   using P = g::layer<two_readers_plain_def>;
   xt::random::seed(31);
   const xt::xtensor<double, 2> x = randn<double, 2>({Batch, 3}), gy = randn<double, 2>({Batch, 3});
-  const xt::xtensor<double, 2> wq = randn<double, 2>({4, 3}), wk = randn<double, 2>({4, 3}),
-                               wo = randn<double, 2>({4, 3});
+  const xt::xtensor<double, 2> wq = randn<double, 2>({hidden, 3}), wk = randn<double, 2>({hidden, 3}),
+                               wo = randn<double, 2>({hidden, 3});
+  const std::int64_t uneven_weights = hidden % 2 == 0 ? 0 : 2;
   const auto one = P{}.forward(std::tuple{wq, wk, wo}, x);
   const auto one_grads = P{}.vjp(std::tuple{wq, wk, wo}, one.second, gy);
   xshard::thread_mesh<two_readers_def::M> mesh;
@@ -524,7 +528,7 @@ void expect_two_readers_equal_one_device() {
     // are padded, so each reader's contribution is reduced at once (one
     // all-reduce over model more than planned; the weights' gradients,
     // split evenly, still wait for the end).
-    const std::int64_t immediate = Batch % 2 == 0 ? 0 : 1;
+    const std::int64_t immediate = (Batch % 2 == 0 ? 0 : 1) + uneven_weights;
     EXPECT_EQ(dev.counters().total_calls(), static_cast<std::int64_t>(L::backward_collectives()) + immediate);
     EXPECT_LT(max_diff(xshard::gather(grads.second), one_grads.second), 1e-12);
     EXPECT_LT(max_diff(xshard::gather(std::get<0>(grads.first)), std::get<0>(one_grads.first)), 1e-12);
@@ -532,7 +536,8 @@ void expect_two_readers_equal_one_device() {
     EXPECT_LT(max_diff(xshard::gather(std::get<2>(grads.first)), std::get<2>(one_grads.first)), 1e-12);
     dev.reset_counters();
     const auto only = L{}.vjp_params(p, fwd.second, gys);
-    EXPECT_EQ(dev.counters().total_calls(), static_cast<std::int64_t>(L::backward_collectives_params_only()));
+    EXPECT_EQ(dev.counters().total_calls(),
+              static_cast<std::int64_t>(L::backward_collectives_params_only()) + uneven_weights);
     expect_same_blocks(only, grads.first);
   });
 }
@@ -541,5 +546,8 @@ TEST(GraphSharded, ReadersOfOneNodeSumTheirPartialGradientsBeforeOneAllReduce) {
   expect_two_readers_equal_one_device<6>();
 }
 TEST(GraphSharded, ReadersOfOneNodeSplitUnevenlyReduceAtOnce) { expect_two_readers_equal_one_device<5>(); }
+// The node's gradient split evenly, the readers' weights not: node 1 still
+// sums its readers' partial blocks before one all-reduce.
+TEST(GraphSharded, ReadersOfOneNodeSumWhenTheirWeightsSplitUnevenly) { expect_two_readers_equal_one_device<6>(5); }
 
 }  // namespace

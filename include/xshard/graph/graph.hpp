@@ -1042,7 +1042,11 @@ struct program {
       // the block it would reduce is the gradient's, moved into `to` (the
       // parameter's only contribution): deferred.run() reduces it there.
       // A parameter split unevenly is reduced at once (its padded blocks
-      // are not reduced in place), on every device alike.
+      // are not reduced in place), on every device alike. run_step's own
+      // evenly_split rule is not enough here: without this check of the
+      // parameter, DataModelMlpOn2x2UnevenHidden fails (a collective over
+      // model recorded on one device and run on another; not traced
+      // further).
       using P = std::remove_cvref_t<decltype(c.template operand<K>())>;
       const auto& p = c.template operand<K>();
       if (!::xshard::evenly_split(P::mesh_shape, P::resolved, p.global_shape())) {
