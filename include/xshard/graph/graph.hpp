@@ -1042,14 +1042,8 @@ struct program {
       // the block it would reduce is the gradient's, moved into `to` (the
       // parameter's only contribution): deferred.run() reduces it there.
       // A parameter split unevenly is reduced at once (its padded blocks
-      // are not reduced in place), on every device alike. run_step's own
-      // evenly_split rule is not enough here: without this check of the
-      // parameter, DataModelMlpOn2x2UnevenHidden fails (a collective over
-      // model recorded on one device and run on another; not traced
-      // further).
-      using P = std::remove_cvref_t<decltype(c.template operand<K>())>;
-      const auto& p = c.template operand<K>();
-      if (!::xshard::evenly_split(P::mesh_shape, P::resolved, p.global_shape())) {
+      // are not reduced in place), on every device alike (can_capture).
+      if (!can_capture<K>(c)) {
         accumulate(to, vjp());
         return;
       }
@@ -1062,7 +1056,12 @@ struct program {
       // contribution's block becomes the gradient, whose recorded all-reduce
       // runs once every reader has added its partial block into it (before
       // node o's own backward); a later one's record is dropped. A gradient
-      // split unevenly records nothing: each contribution reduced at once.
+      // split unevenly is not captured: each contribution reduced at once,
+      // on every device alike (can_capture).
+      if (!can_capture<K>(c)) {
+        accumulate(to, vjp());
+        return;
+      }
       const std::size_t before = deferred.recorded();
       auto r = deferred.capture(vjp);
       const bool recorded = deferred.recorded() != before;
@@ -1082,6 +1081,23 @@ struct program {
   }
 
   // ---- the parameters' gradients: their all-reduces deferred
+
+  /// Whether operand K's contribution may run inside deferred.capture: its
+  /// gradient splits evenly over the mesh (evenly_split, the operand's
+  /// global shape), so run_step reduces its partial sums in place and
+  /// records that all-reduce instead of waiting for the group. The capture
+  /// window is the thread's, not the device's: on a thread mesh a device
+  /// that waits inside one lets another device's fiber run on this thread
+  /// with the window still open, and that device's all-reduces would be
+  /// recorded here (run_step throws instead). Decided the same way on every
+  /// device.
+  template <std::size_t K, class C>
+  static bool can_capture(const C& c) {
+    if (std::get<K>(c.a) == nullptr) return false;
+    const auto& a = c.template operand<K>();
+    using A = std::remove_cvref_t<decltype(a)>;
+    return ::xshard::evenly_split(A::mesh_shape, A::resolved, a.global_shape());
+  }
 
   /// How many operand slots of the graph read node j.
   static consteval std::size_t uses_of(std::size_t j) {

@@ -459,6 +459,12 @@ xt::xtensor<T, R> run_step(const device_ref<T>& dev, const redist_step& s, std::
       return block;
     }
   }
+  // Any other collective waits for its group; a device waiting on a thread
+  // mesh lets another device's fiber run on this thread, which would find
+  // this thread's deferral window open (deferring_all_reduces is per thread).
+  if (is_collective(s.kind) && deferring_all_reduces<T> != nullptr)
+    throw error(std::string("xshard: internal error: an ") + std::string(collective_name(collective_of(s.kind))) +
+                " would wait while all-reduces are being deferred");
   xt::xtensor<T, R> out = new_block<T, R>(f.ashape);
   switch (s.kind) {
     case step_kind::slice: {
