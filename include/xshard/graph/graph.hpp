@@ -1037,16 +1037,19 @@ struct program {
       else
         return rule<op_t<I>>::template vjp<K>(std::as_const(gi), c);
     };
-    if constexpr (defers_reduce<I, K>()) {
-      // The all-reduce of the gradient's partial sums is recorded, not run;
-      // the block it would reduce is the gradient's, moved into `to` (the
-      // parameter's only contribution): deferred.run() reduces it there.
-      // A parameter split unevenly is reduced at once (its padded blocks
-      // are not reduced in place), on every device alike (can_capture).
+    if constexpr (defers_reduce<I, K>() || sums_before_reduce<I, K>()) {
+      // Only an all-reduce that runs in place is captured: a gradient split
+      // unevenly (padded blocks) is reduced at once, on every device alike
+      // (can_capture).
       if (!can_capture<K>(c)) {
         accumulate(to, vjp());
         return;
       }
+    }
+    if constexpr (defers_reduce<I, K>()) {
+      // The all-reduce of the gradient's partial sums is recorded, not run;
+      // the block it would reduce is the gradient's, moved into `to` (the
+      // parameter's only contribution): deferred.run() reduces it there.
       const std::size_t before = deferred.recorded();
       auto r = deferred.capture(vjp);
       accumulate(to, std::move(r));
@@ -1055,13 +1058,7 @@ struct program {
       // The contribution's all-reduce is recorded, not run. The first
       // contribution's block becomes the gradient, whose recorded all-reduce
       // runs once every reader has added its partial block into it (before
-      // node o's own backward); a later one's record is dropped. A gradient
-      // split unevenly is not captured: each contribution reduced at once,
-      // on every device alike (can_capture).
-      if (!can_capture<K>(c)) {
-        accumulate(to, vjp());
-        return;
-      }
+      // node o's own backward); a later one's record is dropped.
       const std::size_t before = deferred.recorded();
       auto r = deferred.capture(vjp);
       const bool recorded = deferred.recorded() != before;
